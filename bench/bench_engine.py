@@ -1,0 +1,107 @@
+"""Engine overhead benchmark: does the debate engine keep the backend busy?
+
+Runs a MAD debate through the engine (recording every batch it sends), then replays exactly those batches as
+raw `backend.generate` calls, and reports
+  * decode throughput inside the engine vs the raw batch calls (completion tokens / wall s; target >= 0.9),
+  * the share of the engine's wall time spent outside the backend (prompt building, parsing, grading,
+    token counting; target <= 2 %).
+No response cache: every request is decoded.
+
+    python bench/bench_engine.py                 # embedded model, 3 GSM8K questions
+    python bench/bench_engine.py --llm smoke     # SmolLM2-135M, fast
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+
+from dear import tasks
+from dear.debate import DebateConfig, DebateEngine, MADProtocol, summarize
+from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
+from dear.llm.registry import make_backend
+
+
+class Recorder(Backend):
+    """Forwards to a backend and keeps every batch it was asked for."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.context_length = inner.context_length
+        self.batches: list[list[ChatRequest]] = []
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        self.batches.append(list(requests))
+        return self.inner.generate(requests)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--llm", default="local")
+    p.add_argument("--task", default="gsm8k")
+    p.add_argument("--n", type=int, default=3)
+    p.add_argument("--agents", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    args = p.parse_args(argv)
+
+    questions = tasks.load(args.task, n=args.n, seed=args.seed)
+    n_req = len(questions) * args.agents
+    t0 = time.perf_counter()
+    kwargs = {"n_parallel": min(16, n_req)} if args.llm.split(":")[0] in ("local", "smoke") else {}
+    backend = make_backend(args.llm, **kwargs)
+    load_s = time.perf_counter() - t0
+    # Warm-up so neither measurement pays for first-call allocation.
+    backend.generate([ChatRequest((ChatMessage("user", "Say hi."),), max_tokens=4, seed=1)])
+
+    rec = Recorder(backend)
+    engine = DebateEngine(rec, DebateConfig(n_agents=args.agents, n_rounds=args.rounds,
+                                            max_tokens=args.max_tokens, seed=args.seed))
+    t0 = time.perf_counter()
+    debates = engine.run(questions, MADProtocol(args.agents, args.rounds))
+    engine_wall = time.perf_counter() - t0
+    st = engine.stats
+    engine_tokens = st.fresh_completion_tokens
+
+    raw_wall, raw_tokens = 0.0, 0
+    for batch in rec.batches:
+        t0 = time.perf_counter()
+        comps = backend.generate(batch)
+        raw_wall += time.perf_counter() - t0
+        raw_tokens += sum(c.completion_tokens for c in comps)
+    backend.close()
+
+    engine_tps = engine_tokens / engine_wall
+    raw_tps = raw_tokens / raw_wall
+    s = summarize(debates)
+    result = {
+        "llm": args.llm, "model_id": backend.model_id, "questions": len(questions), "agents": args.agents,
+        "rounds": args.rounds, "max_tokens": args.max_tokens, "load_s": round(load_s, 2),
+        "engine_wall_s": round(engine_wall, 2), "engine_backend_s": round(st.backend_s, 2),
+        "engine_completion_tokens": engine_tokens, "engine_tok_s": round(engine_tps, 2),
+        "raw_wall_s": round(raw_wall, 2), "raw_completion_tokens": raw_tokens, "raw_tok_s": round(raw_tps, 2),
+        "throughput_ratio": round(engine_tps / raw_tps, 3),
+        "outside_backend_share": round((engine_wall - st.backend_s) / engine_wall, 4),
+        "generate_calls": st.generate_calls, "accuracy": s.accuracy, "tokens_per_question": s.tokens_per_question,
+        "failed": s.failed,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:28s} {v}")
+        print(f"\nthroughput ratio engine/raw  {result['throughput_ratio']:.3f}  (target >= 0.9)")
+        print(f"share outside backend        {100 * result['outside_backend_share']:.2f} %  (target <= 2 %)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Subjective-logic opinions and Dempster-Shafer fusion, batched in torch over (B debates, V agents).
+
+See DESIGN §3 and §5; `reference` holds a float64 numpy loop implementation used by the tests.
+"""
+
+from dear.belief.dempster_shafer import (
+    EVIDENCE_U_FLOOR,
+    FUSION_RULES,
+    TOTAL_CONFLICT_EPS,
+    Combined,
+    Fused,
+    combine,
+    fuse,
+)
+from dear.belief.subjective_logic import Opinion, opinions
+
+__all__ = [
+    "EVIDENCE_U_FLOOR",
+    "FUSION_RULES",
+    "TOTAL_CONFLICT_EPS",
+    "Combined",
+    "Fused",
+    "Opinion",
+    "combine",
+    "fuse",
+    "opinions",
+]

@@ -1,0 +1,135 @@
+"""Run built-in debate protocols on a benchmark: `python -m dear.debate --task gsm8k --n 5 --protocol mad`.
+
+Prints per-question answers, correctness, tokens and wall time, then a summary. Responses are cached on
+disk by default (a repeated run makes no model calls); --no-cache for fresh samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from dear import tasks
+from dear.debate.engine import DebateConfig, DebateEngine, summarize
+from dear.debate.protocols import PROTOCOLS, make_protocol
+from dear.debate.trace import write_jsonl
+from dear.llm.base import Backend
+from dear.llm.cache import CachedBackend
+from dear.llm.model_files import default_cache_dir
+from dear.llm.registry import make_backend
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m dear.debate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="gsm8k", help="benchmark name (see dear.tasks.task_names())")
+    p.add_argument("--split", default=None, help="dataset split (task default when omitted)")
+    p.add_argument("--n", type=int, default=5, help="number of questions")
+    p.add_argument("--data-seed", type=int, default=0, help="seed for picking the questions")
+    p.add_argument("--protocol", default="mad", help=f"one of {', '.join(PROTOCOLS)} (random:<p> for a probability)")
+    p.add_argument("--llm", default="local",
+                   help="backend spec (local | local:/path.gguf | smoke | openai:URL[#model] | vllm:MODEL | sim); "
+                        "a comma-separated list gives one spec per agent (heterogeneous debate)")
+    p.add_argument("--agents", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2, help="exchange rounds after round 0")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--parallel", type=int, default=None,
+                   help="llama.cpp decoding slots for local/smoke (default: questions x agents, at most 16)")
+    p.add_argument("--n-ctx", type=int, default=None, help="llama.cpp context per slot (local/smoke)")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache", type=Path, default=None,
+                       help="response cache file (default: $DEAR_CACHE_DIR or ~/.cache/dear, responses.sqlite)")
+    cache.add_argument("--no-cache", action="store_true", help="always call the model")
+    p.add_argument("--out", type=Path, default=None, help="write per-debate JSONL traces here")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def build_backends(args: argparse.Namespace, n_requests: int) -> tuple[dict[str, Backend], tuple[str, ...] | None]:
+    specs = [s.strip() for s in args.llm.split(",") if s.strip()]
+    if len(specs) > 1 and len(specs) != args.agents:
+        raise SystemExit(f"--llm lists {len(specs)} specs but --agents is {args.agents}")
+    backends: dict[str, Backend] = {}
+    for spec in dict.fromkeys(specs):
+        kwargs = {}
+        if spec.split(":")[0] in ("local", "smoke"):
+            kwargs["n_parallel"] = args.parallel or max(1, min(16, n_requests))
+            if args.n_ctx:
+                kwargs["n_ctx"] = args.n_ctx
+        backend = make_backend(spec, **kwargs)
+        if not args.no_cache:
+            backend = CachedBackend(backend, args.cache or default_cache_dir() / "responses.sqlite")
+        backends[spec] = backend
+    return backends, (tuple(specs) if len(specs) > 1 else None)
+
+
+def _fmt(keys) -> str:
+    return "[" + ",".join("-" if k is None else str(k) for k in keys) + "]"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
+    config = DebateConfig(n_agents=args.agents, n_rounds=args.rounds, temperature0=args.temperature,
+                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    try:
+        protocol = make_protocol(args.protocol, config)
+    except ValueError as e:
+        raise SystemExit(f"python -m dear.debate: error: {e}") from None
+    t_load = time.perf_counter()
+    backends, agent_backends = build_backends(args, len(questions) * args.agents)
+    load_s = time.perf_counter() - t_load
+    if agent_backends:
+        config = dataclasses.replace(config, agent_backends=agent_backends)
+    engine = DebateEngine(backends, config)
+
+    print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.agents}, "
+          f"rounds={protocol.n_rounds}, llm={args.llm} ({', '.join(sorted(set(engine.model_ids)))})", flush=True)
+    t0 = time.perf_counter()
+    with tqdm(total=protocol.n_rounds + 1, desc="rounds", unit="round", file=sys.stderr) as bar:
+        debates = engine.run(questions, protocol, on_round=lambda r, ds: bar.update(1))
+    wall = time.perf_counter() - t0
+    try:
+        for i, d in enumerate(debates, 1):
+            tr = d.trace
+            per_round = " ".join(f"r{r}={_fmt(keys)}" for r, keys in enumerate(tr.answer_keys()))
+            status = "FAILED " + (tr.error or "") if tr.failed else ("correct" if tr.final_correct else "wrong")
+            print(f"[{i}/{len(debates)}] {tr.question_id}: gold={tr.gold} final={tr.final_answer}"
+                  f"{' (tie)' if tr.tie else ''} {status} | {per_round} | tokens={tr.total_tokens} "
+                  f"(prompt {tr.prompt_tokens}, completion {tr.completion_tokens}) | "
+                  # critical path of this debate inside the batched calls: the slowest agent of each round
+                  f"latency {sum(max(t.latency_s for t in r) for r in tr.rounds if r):.1f}s")
+        s = summarize(debates)
+        st = engine.stats
+        print("\nsummary")
+        print(f"  accuracy          {s.accuracy:.3f} ({s.correct}/{s.n})")
+        print(f"  tokens/question   {s.tokens_per_question:.0f} (prompt {s.prompt_tokens}, completion {s.completion_tokens})")
+        print(f"  failures          {s.failed}")
+        print(f"  ties              {s.ties}")
+        print(f"  no-answer turns   {s.no_answer_turns}/{s.turns}")
+        print(f"  cache hits        {s.cached_turns}/{s.turns}" + ("" if not args.no_cache else " (cache off)"))
+        print(f"  context overflows {st.truncations}")
+        print(f"  wall time         {wall:.1f}s ({wall / max(1, s.n):.1f}s/question; model load {load_s:.1f}s; "
+              f"{st.generate_calls} generate calls, {st.fresh_completion_tokens / max(st.backend_s, 1e-9):.1f} decoded tok/s)")
+        if args.out:
+            n = write_jsonl([d.trace for d in debates], args.out)
+            print(f"  traces            {n} -> {args.out}")
+    finally:
+        for b in backends.values():
+            b.close()
+    return 1 if s.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

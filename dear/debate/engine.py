@@ -1,0 +1,505 @@
+"""The batched debate engine: V agents, round 0 independent, exchange rounds steered by a RoundControl.
+
+One round of all active debates is one `Backend.generate` call per distinct backend, so llama.cpp slots,
+vLLM continuous batching or concurrent HTTP requests decode everything together. Round r >= 1 is driven
+from outside (`step(debates, controls)`), which is what protocols, the regulator and the RL environment need.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dear import tasks
+from dear.debate import prompts
+from dear.debate.trace import AgentTurn, DebateTrace
+from dear.debate.vote import VoteResult, vote
+from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
+from dear.tasks.types import Question
+
+log = logging.getLogger(__name__)
+
+T_MAX = 2.0  # the widest temperature range any backend we support accepts (OpenAI caps at 2)
+_MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate
+_MIN_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class DebateConfig:
+    n_agents: int = 3
+    n_rounds: int = 2  # exchange rounds after round 0
+    temperature0: float = 0.7  # round-0 sampling (independent answers)
+    top_p0: float = 0.9
+    max_tokens: int = 512
+    seed: int = 0
+    # Optional backend key per agent (heterogeneous mixes); keys index the engine's backend mapping.
+    agent_backends: tuple[str, ...] | None = None
+    system_prompt: str = prompts.SYSTEM_PROMPT
+
+    def __post_init__(self):
+        if self.n_agents < 1:
+            raise ValueError(f"DebateConfig.n_agents must be >= 1, got {self.n_agents}")
+        if self.n_rounds < 0:
+            raise ValueError(f"DebateConfig.n_rounds must be >= 0, got {self.n_rounds}")
+        if self.max_tokens < 1:
+            raise ValueError(f"DebateConfig.max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0.0 <= self.temperature0 <= T_MAX:
+            raise ValueError(f"DebateConfig.temperature0 must be in [0, {T_MAX}], got {self.temperature0}")
+        if not 0.0 < self.top_p0 <= 1.0:
+            raise ValueError(f"DebateConfig.top_p0 must be in (0, 1], got {self.top_p0}")
+        if self.agent_backends is not None:
+            object.__setattr__(self, "agent_backends", tuple(self.agent_backends))
+            if len(self.agent_backends) != self.n_agents:
+                raise ValueError(
+                    f"DebateConfig.agent_backends has {len(self.agent_backends)} entries, n_agents={self.n_agents}"
+                )
+
+
+@dataclass
+class RoundControl:
+    """What the next exchange round does: mask[i, j] = True -> agent i reads agent j's previous answer."""
+
+    mask: np.ndarray  # (V, V) bool, diagonal False
+    temperature: np.ndarray  # (V,)
+    top_p: np.ndarray  # (V,)
+
+    def __post_init__(self):
+        mask = np.asarray(self.mask)
+        if mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
+            raise ValueError(f"RoundControl.mask must be a square (V, V) array, got shape {mask.shape}")
+        if mask.dtype != bool:
+            if not np.isin(mask, (0, 1)).all():
+                raise ValueError("RoundControl.mask must be boolean or 0/1")
+            mask = mask.astype(bool)
+        if np.diag(mask).any():
+            raise ValueError("RoundControl.mask has self-loops: the diagonal must be False (agents see their own answer anyway)")
+        v = mask.shape[0]
+        self.mask = mask
+        for name, lo, hi, lo_open in (("temperature", 0.0, T_MAX, False), ("top_p", 0.0, 1.0, True)):
+            arr = np.asarray(getattr(self, name), dtype=np.float64)
+            if arr.ndim == 0:
+                arr = np.full(v, float(arr))
+            if arr.shape != (v,):
+                raise ValueError(f"RoundControl.{name} must have shape ({v},), got {arr.shape}")
+            if not np.isfinite(arr).all():
+                raise ValueError(f"RoundControl.{name} contains NaN/inf: {arr.tolist()}")
+            if (arr > hi).any() or (arr <= lo if lo_open else arr < lo).any():
+                raise ValueError(f"RoundControl.{name} out of range {'(' if lo_open else '['}{lo}, {hi}]: {arr.tolist()}")
+            setattr(self, name, arr)
+
+    @property
+    def n_agents(self) -> int:
+        return self.mask.shape[0]
+
+    @classmethod
+    def full(cls, n_agents: int, temperature: float = 0.7, top_p: float = 0.9) -> RoundControl:
+        """Every agent reads every peer (classic MAD)."""
+        return cls(~np.eye(n_agents, dtype=bool), np.full(n_agents, temperature), np.full(n_agents, top_p))
+
+
+@dataclass
+class Debate:
+    """State of one debate; `trace` holds everything that happened."""
+
+    question: Question
+    debate_id: str
+    seed: int
+    n_rounds: int  # planned exchange rounds
+    trace: DebateTrace
+    vote_seed: int
+    round: int = -1  # last completed round (-1 before round 0)
+    failed: bool = False
+    error: str | None = None
+    finished: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.failed or self.finished
+
+    @property
+    def n_agents(self) -> int:
+        return self.trace.n_agents
+
+    @property
+    def last_turns(self) -> list[AgentTurn]:
+        return self.trace.rounds[-1] if self.trace.rounds else []
+
+    @property
+    def answers(self) -> list[str | None]:
+        """Raw extracted answers of the last completed round, per agent."""
+        return [t.answer for t in self.last_turns]
+
+    @property
+    def answer_keys(self) -> list[str | None]:
+        return [t.answer_key for t in self.last_turns]
+
+    def vote(self) -> VoteResult:
+        """Plurality over the last round's normalised answers; ties broken by an RNG seeded per debate+round."""
+        turns = self.last_turns
+        rng = np.random.default_rng([self.vote_seed, max(self.round, 0)])
+        return vote([t.answer_key for t in turns], [t.correct for t in turns], rng)
+
+
+@dataclass
+class EngineStats:
+    """Where the engine's wall time went (for the overhead benchmark) and how many calls it made."""
+
+    generate_calls: int = 0
+    requests: int = 0
+    backend_s: float = 0.0  # wall time inside Backend.generate
+    total_s: float = 0.0  # wall time inside start()/step()
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    cached: int = 0
+    fresh_completion_tokens: int = 0  # completion tokens actually decoded (not served from a cache)
+    truncations: int = 0
+
+
+@dataclass
+class _Pending:
+    debate: Debate
+    agent: int
+    request: ChatRequest
+    peers: list[int]
+    truncated_peers: int
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit seed from integers (stable across processes and platforms)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def default_debate_seed(question: Question) -> int:
+    """Stable per question id, so results do not depend on the position in a batch (and caches hit)."""
+    return zlib.crc32(f"{question.task}/{question.id}".encode())
+
+
+class DebateEngine:
+    def __init__(self, backends: Backend | Mapping[str, Backend], config: DebateConfig = DebateConfig()):
+        self.config = config
+        if isinstance(backends, Backend):
+            if config.agent_backends is not None and len(set(config.agent_backends)) > 1:
+                raise ValueError("DebateConfig.agent_backends names several backends but one Backend was given")
+            self.backends: dict[str, Backend] = {"default": backends}
+            self.agent_keys = ["default"] * config.n_agents
+        else:
+            self.backends = dict(backends)
+            if not self.backends:
+                raise ValueError("DebateEngine: empty backend mapping")
+            if config.agent_backends is None:
+                if len(self.backends) != 1:
+                    raise ValueError(
+                        "DebateEngine: several backends given; set DebateConfig.agent_backends to map agents to them"
+                    )
+                self.agent_keys = [next(iter(self.backends))] * config.n_agents
+            else:
+                missing = [k for k in config.agent_backends if k not in self.backends]
+                if missing:
+                    raise ValueError(
+                        f"DebateConfig.agent_backends: unknown backend keys {missing}; known {sorted(self.backends)}"
+                    )
+                self.agent_keys = list(config.agent_backends)
+        self.stats = EngineStats()
+
+    @property
+    def model_ids(self) -> list[str]:
+        return [self.backends[k].model_id for k in self.agent_keys]
+
+    # ------------------------------------------------------------ public API
+    def start(
+        self,
+        questions: Sequence[Question],
+        debate_seeds: Sequence[int] | None = None,
+        n_rounds: int | None = None,
+        protocol: str = "",
+    ) -> list[Debate]:
+        """Create the debates and run round 0 for all of them (one generate call per backend)."""
+        t0 = time.perf_counter()
+        cfg = self.config
+        if debate_seeds is None:
+            debate_seeds = [default_debate_seed(q) for q in questions]
+        if len(debate_seeds) != len(questions):
+            raise ValueError(f"debate_seeds has {len(debate_seeds)} entries for {len(questions)} questions")
+        n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
+        debates = []
+        for q, s in zip(questions, debate_seeds):
+            debate_id = f"{q.task}/{q.id}/s{s}"
+            trace = DebateTrace(
+                debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
+                kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
+            )
+            debates.append(
+                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
+                       vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
+            )
+        pending = []
+        for d in debates:
+            messages = prompts.round0_messages(d.question, cfg.system_prompt)
+            for i in range(cfg.n_agents):
+                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
+        self._execute(pending)
+        self.stats.total_s += time.perf_counter() - t0
+        return debates
+
+    def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
+        """Run the next exchange round for every unfinished debate (one generate call per backend)."""
+        t0 = time.perf_counter()
+        if len(controls) != len(debates):
+            raise ValueError(f"step: {len(controls)} controls for {len(debates)} debates")
+        pending = []
+        for d, ctl in zip(debates, controls):
+            if d.done:
+                continue
+            if d.round < 0:
+                raise ValueError(f"step: debate {d.debate_id} has not run round 0; call start() first")
+            if ctl.n_agents != self.config.n_agents:
+                raise ValueError(f"RoundControl.mask is {ctl.mask.shape}, engine has n_agents={self.config.n_agents}")
+            pending.extend(self._exchange_requests(d, ctl))
+        if pending:
+            self._execute(pending)
+        self.stats.total_s += time.perf_counter() - t0
+
+    def run(
+        self,
+        questions: Sequence[Question],
+        protocol,
+        debate_seeds: Sequence[int] | None = None,
+        on_round: Callable[[int, list[Debate]], None] | None = None,
+    ) -> list[Debate]:
+        """Run whole debates under a protocol (anything with `n_rounds` and `controls(debates)`)."""
+        debates = self.start(questions, debate_seeds, n_rounds=protocol.n_rounds,
+                             protocol=getattr(protocol, "name", type(protocol).__name__))
+        if on_round:
+            on_round(0, debates)
+        r = 0
+        while active := [d for d in debates if not d.done]:
+            r += 1
+            self.step(active, protocol.controls(active))
+            if on_round:
+                on_round(r, debates)
+        n_failed = sum(d.failed for d in debates)
+        if n_failed:
+            log.warning("%d of %d debates failed (see trace.error)", n_failed, len(debates))
+        return debates
+
+    # ------------------------------------------------------------ internals
+    def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
+                 top_p: float, peers: list[int], truncated: int, max_tokens: int,
+                 own_answer: str | None = None, peer_answers: list[str | None] | None = None) -> _Pending:
+        req = ChatRequest(
+            messages=tuple(messages),
+            temperature=float(temperature),
+            top_p=float(top_p),
+            max_tokens=int(max_tokens),
+            seed=derive_seed(self.config.seed, d.seed, agent, round_),
+            metadata={
+                "debate_id": d.debate_id, "question_id": d.question.id, "task": d.question.task,
+                "agent": agent, "round": round_, "own_answer": own_answer,
+                "peer_answers": list(peer_answers or []), "peers": list(peers),
+                "question_text": d.question.question,
+            },
+        )
+        return _Pending(debate=d, agent=agent, request=req, peers=list(peers), truncated_peers=truncated)
+
+    def _exchange_requests(self, d: Debate, ctl: RoundControl) -> list[_Pending]:
+        cfg = self.config
+        prev = d.last_turns
+        shown = [prompts.ShownAnswer(t.agent, t.reasoning, t.conclusion, t.answer) for t in prev]
+        out = []
+        r = d.round + 1
+        for i in range(cfg.n_agents):
+            peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
+            messages, truncated, max_tokens = self._fit_context(
+                d, i, shown[i], [shown[j] for j in peers], self.backends[self.agent_keys[i]]
+            )
+            out.append(self._request(
+                d, i, r, messages, ctl.temperature[i], ctl.top_p[i], peers, truncated, max_tokens,
+                own_answer=prev[i].answer_key, peer_answers=[prev[j].answer_key for j in peers],
+            ))
+        return out
+
+    def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
+        return sum(backend.count_tokens(m.content) + _MSG_OVERHEAD_TOKENS for m in messages)
+
+    def _fit_context(self, d: Debate, agent: int, own: prompts.ShownAnswer, peers: list[prompts.ShownAnswer],
+                     backend: Backend) -> tuple[list[ChatMessage], int, int]:
+        """Build the exchange prompt; on overflow cut peers' reasoning (listed order), then the own reasoning,
+        then shrink max_tokens. Never raises: a prompt that still does not fit goes out and the backend decides."""
+        cfg = self.config
+
+        def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
+            return prompts.exchange_messages(
+                d.question, own, peers, n_truncated=n_cut, own_truncated=own_cut, system_prompt=cfg.system_prompt
+            )
+
+        messages = build(0, False)
+        ctx = backend.context_length
+        if not ctx:
+            return messages, 0, cfg.max_tokens
+        # A (byte-level BPE) token covers at least one UTF-8 byte, so short prompts fit without asking the
+        # tokenizer (an HTTP round trip per call on llama.cpp).
+        n_bytes = sum(len(m.content.encode()) + _MSG_OVERHEAD_TOKENS for m in messages)
+        if n_bytes + cfg.max_tokens <= ctx:
+            return messages, 0, cfg.max_tokens
+        n_tok = self._count(backend, messages)
+        truncated, own_cut = 0, False
+        while n_tok + cfg.max_tokens > ctx and truncated < len(peers):
+            truncated += 1
+            messages = build(truncated, False)
+            n_tok = self._count(backend, messages)
+        if n_tok + cfg.max_tokens > ctx:
+            own_cut = True
+            messages = build(truncated, True)
+            n_tok = self._count(backend, messages)
+        max_tokens = cfg.max_tokens
+        if n_tok + max_tokens > ctx:
+            max_tokens = max(_MIN_MAX_TOKENS, ctx - n_tok)
+        if truncated or own_cut or max_tokens != cfg.max_tokens:
+            self.stats.truncations += 1
+            log.warning(
+                "context overflow in %s agent %d round %d: ~%d prompt tokens + %d max_tokens > %d; "
+                "cut reasoning of %d peer(s)%s, max_tokens=%d",
+                d.debate_id, agent, d.round + 1, n_tok, cfg.max_tokens, ctx, truncated,
+                " and own answer" if own_cut else "", max_tokens,
+            )
+        return messages, truncated, max_tokens
+
+    def _generate_all(self, pending: list[_Pending]) -> list[Completion]:
+        """One generate call per distinct backend (concurrently when there are several)."""
+        groups: dict[str, list[int]] = {}
+        for idx, p in enumerate(pending):
+            groups.setdefault(self.agent_keys[p.agent], []).append(idx)
+
+        def call(key: str) -> tuple[str, list[Completion], float]:
+            reqs = [pending[i].request for i in groups[key]]
+            t0 = time.perf_counter()
+            try:
+                comps = self.backends[key].generate(reqs)
+                if len(comps) != len(reqs):
+                    raise BackendError(
+                        f"backend {key!r} returned {len(comps)} completions for {len(reqs)} requests"
+                    )
+            except Exception as e:  # a whole-batch failure fails these debates, not the process
+                log.exception("backend %r failed on a batch of %d requests", key, len(reqs))
+                err = f"{type(e).__name__}: {e}"
+                comps = [Completion("", 0, 0, "error", 0.0, error=err) for _ in reqs]
+            return key, comps, time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        if len(groups) == 1:
+            results = [call(next(iter(groups)))]
+        else:
+            with ThreadPoolExecutor(max_workers=len(groups)) as ex:
+                results = list(ex.map(call, groups))
+        self.stats.backend_s += time.perf_counter() - t0
+        self.stats.generate_calls += len(groups)
+        self.stats.requests += len(pending)
+        out: list[Completion | None] = [None] * len(pending)
+        for key, comps, _ in results:
+            for i, c in zip(groups[key], comps):
+                out[i] = c
+        return out  # type: ignore[return-value]
+
+    def _execute(self, pending: list[_Pending]) -> None:
+        completions = self._generate_all(pending)
+        by_debate: dict[int, list[AgentTurn]] = {}
+        debates: dict[int, Debate] = {}
+        for p, c in zip(pending, completions):
+            turn = self._make_turn(p, c)
+            by_debate.setdefault(id(p.debate), []).append(turn)
+            debates[id(p.debate)] = p.debate
+        for key, turns in by_debate.items():
+            d = debates[key]
+            turns.sort(key=lambda t: t.agent)
+            d.trace.add_round(turns)
+            d.round += 1
+            errors = [f"agent {t.agent}: {t.error}" for t in turns if t.error is not None]
+            if errors:
+                d.failed = True
+                d.error = f"round {d.round}: " + "; ".join(errors)
+                log.warning("debate %s failed: %s", d.debate_id, d.error)
+            elif d.round >= d.n_rounds:
+                d.finished = True
+            if d.done:
+                self._finalize(d)
+
+    def _make_turn(self, p: _Pending, c: Completion) -> AgentTurn:
+        q = p.debate.question
+        req = p.request
+        self.stats.prompt_tokens += c.prompt_tokens
+        self.stats.completion_tokens += c.completion_tokens
+        self.stats.cached += bool(c.cached)
+        if not c.cached:
+            self.stats.fresh_completion_tokens += c.completion_tokens
+        text = c.text or ""
+        parsed = prompts.parse_sections(text)
+        answer = prompts.extract(text, q) if c.error is None else None
+        key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
+        if answer is not None:
+            g = tasks.grade(answer, q)
+            correct, grader = bool(g.correct), g.grader
+        else:
+            correct, grader = False, "none"
+        return AgentTurn(
+            agent=p.agent, round=int(req.metadata["round"]),
+            messages=[{"role": m.role, "content": m.content} for m in req.messages],
+            text=text, reasoning=parsed.reasoning, conclusion=parsed.conclusion,
+            answer=answer, answer_key=key, correct=correct, grader=grader,
+            temperature=req.temperature, top_p=req.top_p, seed=int(req.seed), peers=p.peers,
+            prompt_tokens=int(c.prompt_tokens), completion_tokens=int(c.completion_tokens),
+            finish_reason=c.finish_reason, latency_s=float(c.latency_s), error=c.error,
+            truncated_peers=p.truncated_peers, cached=bool(c.cached),
+            model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
+        )
+
+    def _finalize(self, d: Debate) -> None:
+        tr = d.trace
+        tr.failed, tr.error = d.failed, d.error
+        if d.failed:
+            # A failed debate has no trustworthy final answer: it counts as wrong and is reported as failed.
+            tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = None, False, False, {}
+            return
+        v = d.vote()
+        tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = v.answer, v.correct, v.tie, dict(v.counts)
+
+
+# ---------------------------------------------------------------- summaries
+@dataclass
+class RunSummary:
+    n: int
+    accuracy: float
+    correct: int
+    failed: int
+    ties: int
+    no_answer_turns: int
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_turns: int
+    tokens_per_question: float = field(init=False)
+
+    def __post_init__(self):
+        self.tokens_per_question = (self.prompt_tokens + self.completion_tokens) / max(1, self.n)
+
+
+def summarize(debates: Sequence[Debate]) -> RunSummary:
+    turns = [t for d in debates for r in d.trace.rounds for t in r]
+    correct = sum(d.trace.final_correct for d in debates)
+    return RunSummary(
+        n=len(debates),
+        accuracy=correct / max(1, len(debates)),
+        correct=correct,
+        failed=sum(d.failed for d in debates),
+        ties=sum(d.trace.tie for d in debates),
+        no_answer_turns=sum(t.answer is None and t.error is None for t in turns),
+        turns=len(turns),
+        prompt_tokens=sum(d.trace.prompt_tokens for d in debates),
+        completion_tokens=sum(d.trace.completion_tokens for d in debates),
+        cached_turns=sum(t.cached for t in turns),
+    )

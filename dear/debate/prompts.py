@@ -1,0 +1,160 @@
+"""Debate prompts and the parser for structured answers (Reasoning / Conclusion / Final answer).
+
+Round 0: the question plus the task's format instruction. Round r >= 1: the question, the agent's own previous
+answer and the selected peers' previous answers (labelled "Agent j", 1-based), then the instruction to
+reconsider. Previous answers are re-rendered from their parsed parts so that a peer's reasoning can be cut when
+the prompt would overflow the context window while its conclusion and final answer stay.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dear import tasks
+from dear.llm.base import ChatMessage
+from dear.tasks.types import Question
+
+NO_ANSWER = "(no answer)"
+OMITTED = "(reasoning omitted to fit the context window)"
+
+SYSTEM_PROMPT = (
+    "You are a careful and rigorous problem solver taking part in a discussion with other agents. "
+    "Think for yourself: keep your answer when your reasoning holds, change it when you find an error."
+)
+
+STRUCTURE = (
+    "Reply in exactly this format:\n"
+    "Reasoning: <your step-by-step reasoning>\n"
+    "Conclusion: <one sentence stating your result>\n"
+    "Final answer: <your final answer in the required form>"
+)
+
+RECONSIDER = (
+    "Use the other agents' answers as additional information. Check their reasoning and your own step by "
+    "step, then give your updated answer."
+)
+RECONSIDER_ALONE = "Check your previous reasoning step by step, then give your updated answer."
+
+
+# ---------------------------------------------------------------- parsing
+_HEADER = re.compile(
+    r"^[ \t>*#_-]*(reasoning|conclusion|final answer)[ \t]*[*_]*[ \t]*[:：][ \t]*[*_]*[ \t]*",
+    re.IGNORECASE | re.MULTILINE,
+)
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    reasoning: str  # never empty
+    conclusion: str  # never empty
+    final: str | None  # text of the "Final answer:" section, if the model wrote one
+
+
+def _last_sentence(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    parts = [p.strip() for p in _SENTENCE_SPLIT.split(lines[-1]) if p.strip()]
+    return parts[-1] if parts else lines[-1]
+
+
+def parse_sections(text: str) -> ParsedAnswer:
+    """Split a completion into reasoning / conclusion / final answer, tolerating real model output.
+
+    The last occurrence of each header wins for conclusion and final answer (models sometimes draft first);
+    the first wins for reasoning. Fallbacks: reasoning = the text before the first other header (or the whole
+    text); conclusion = the last sentence of the reasoning, else the final-answer line; both become
+    "(no answer)" rather than empty because they feed the sentence encoder.
+    """
+    text = text or ""
+    matches = list(_HEADER.finditer(text))
+    sections: dict[str, str] = {}
+    first_other = None
+    for k, m in enumerate(matches):
+        name = m.group(1).lower()
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
+        body = text[m.end() : end].strip()
+        if name == "reasoning":
+            sections.setdefault(name, body)
+        else:
+            if first_other is None:
+                first_other = m.start()
+            if body:
+                sections[name] = body
+    final = sections.get("final answer")
+    reasoning = sections.get("reasoning") or ""
+    if not reasoning:
+        reasoning = (text[:first_other] if first_other is not None else text).strip()
+    if not reasoning:
+        reasoning = text.strip()
+    conclusion = sections.get("conclusion") or _last_sentence(reasoning) or (final or "")
+    if final is not None:
+        final = final.strip().splitlines()[0].strip() if final.strip() else None
+    return ParsedAnswer(reasoning=reasoning or NO_ANSWER, conclusion=conclusion.strip() or NO_ANSWER, final=final)
+
+
+def extract(text: str, question: Question) -> str | None:
+    """The task extractor, applied to the "Final answer:" section first and then to the whole text."""
+    parsed = parse_sections(text)
+    if parsed.final:
+        ans = tasks.extract_answer(parsed.final, question.kind, question.choices)
+        if ans is not None:
+            return ans
+    return tasks.extract_answer(text or "", question.kind, question.choices)
+
+
+# ---------------------------------------------------------------- prompts
+@dataclass(frozen=True)
+class ShownAnswer:
+    """A previous answer as it is shown in a later prompt."""
+
+    agent: int
+    reasoning: str
+    conclusion: str
+    answer: str | None
+
+
+def render_answer(answer: str | None) -> str:
+    return NO_ANSWER if answer is None else f"\\boxed{{{answer}}}"
+
+
+def _answer_block(a: ShownAnswer, omit_reasoning: bool) -> str:
+    reasoning = OMITTED if omit_reasoning else a.reasoning
+    return f"Reasoning: {reasoning}\nConclusion: {a.conclusion}\nFinal answer: {render_answer(a.answer)}"
+
+
+def _instructions(question: Question) -> str:
+    return f"{STRUCTURE}\n{tasks.format_instruction(question.kind)}"
+
+
+def round0_messages(question: Question, system_prompt: str = SYSTEM_PROMPT) -> list[ChatMessage]:
+    user = f"Question:\n{tasks.render_question(question)}\n\n{_instructions(question)}"
+    return [ChatMessage("system", system_prompt), ChatMessage("user", user)]
+
+
+def exchange_messages(
+    question: Question,
+    own: ShownAnswer,
+    peers: Sequence[ShownAnswer],
+    n_truncated: int = 0,
+    own_truncated: bool = False,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> list[ChatMessage]:
+    """Prompt for round r >= 1. The first `n_truncated` peer blocks lose their reasoning (context overflow)."""
+    parts = [
+        f"Question:\n{tasks.render_question(question)}",
+        f"Your previous answer:\n{_answer_block(own, own_truncated)}",
+    ]
+    if peers:
+        blocks = [
+            f"Agent {p.agent + 1}:\n{_answer_block(p, k < n_truncated)}" for k, p in enumerate(peers)
+        ]
+        parts.append("Answers from other agents:\n\n" + "\n\n".join(blocks))
+        parts.append(RECONSIDER)
+    else:
+        parts.append(RECONSIDER_ALONE)
+    parts.append(_instructions(question))
+    return [ChatMessage("system", system_prompt), ChatMessage("user", "\n\n".join(parts))]

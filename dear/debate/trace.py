@@ -1,0 +1,157 @@
+"""JSON-serialisable record of a debate: every prompt, completion, parsed answer, mask, sampling and token count.
+
+The metrics (dear/metrics.py) and the evaluation read these traces; the helper arrays give them the plain
+rounds x agents views they work on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class AgentTurn:
+    """One agent's call in one round."""
+
+    agent: int
+    round: int
+    messages: list[dict[str, str]]  # the exact chat sent: [{"role": ..., "content": ...}, ...]
+    text: str  # raw completion text ("" when the backend failed)
+    reasoning: str  # parsed reasoning section (never empty; feeds the encoder)
+    conclusion: str  # parsed one-sentence conclusion (never empty; feeds the encoder)
+    answer: str | None  # extracted answer, None when nothing parsable
+    answer_key: str | None  # normalised key used for voting
+    correct: bool
+    grader: str
+    temperature: float
+    top_p: float
+    seed: int
+    peers: list[int]  # agents whose previous answers were shown in this prompt (empty in round 0)
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    latency_s: float
+    error: str | None = None
+    truncated_peers: int = 0  # peer blocks whose reasoning was cut to fit the context window
+    cached: bool = False
+    model_id: str = ""
+    max_tokens: int = 0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AgentTurn:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"AgentTurn.from_dict: unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass
+class DebateTrace:
+    debate_id: str
+    question_id: str
+    task: str
+    question: str
+    gold: str
+    kind: str
+    model_ids: list[str]  # per agent
+    seed: int = 0
+    protocol: str = ""
+    rounds: list[list[AgentTurn]] = field(default_factory=list)  # rounds[r][agent]
+    final_answer: str | None = None  # normalised key chosen by the plurality vote
+    final_correct: bool = False
+    tie: bool = False
+    vote_counts: dict[str, int] = field(default_factory=dict)
+    failed: bool = False
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.model_ids)
+
+    def add_round(self, turns: list[AgentTurn]) -> None:
+        self.rounds.append(turns)
+        self.prompt_tokens += sum(t.prompt_tokens for t in turns)
+        self.completion_tokens += sum(t.completion_tokens for t in turns)
+
+    # ---- plain arrays for metrics (rounds x agents) ----
+    def answer_keys(self) -> list[list[str | None]]:
+        return [[t.answer_key for t in turns] for turns in self.rounds]
+
+    def correctness(self) -> np.ndarray:
+        """(R+1, V) bool: agent's answer correct at each round."""
+        return np.array([[t.correct for t in turns] for turns in self.rounds], dtype=bool).reshape(
+            len(self.rounds), self.n_agents
+        )
+
+    def masks(self) -> np.ndarray:
+        """(R+1, V, V) bool: masks[r, i, j] = agent i was shown agent j's answer in round r (all False in r=0)."""
+        out = np.zeros((len(self.rounds), self.n_agents, self.n_agents), dtype=bool)
+        for r, turns in enumerate(self.rounds):
+            for t in turns:
+                out[r, t.agent, t.peers] = True
+        return out
+
+    def tokens_per_round(self) -> np.ndarray:
+        """(R+1, V) int: prompt + completion tokens of each call."""
+        return np.array(
+            [[t.prompt_tokens + t.completion_tokens for t in turns] for turns in self.rounds], dtype=np.int64
+        ).reshape(len(self.rounds), self.n_agents)
+
+    # ---- serialisation ----
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DebateTrace:
+        d = dict(d)
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"DebateTrace.from_dict: unknown keys {sorted(unknown)}")
+        d["rounds"] = [[AgentTurn.from_dict(t) for t in turns] for turns in d.get("rounds", [])]
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, s: str) -> DebateTrace:
+        return cls.from_dict(json.loads(s))
+
+
+def write_jsonl(traces: Iterable[DebateTrace], path: str | Path) -> int:
+    """Write one trace per line; returns the number written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for t in traces:
+            f.write(t.to_json() + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | Path) -> list[DebateTrace]:
+    out = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(DebateTrace.from_json(line))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{path}:{lineno}: not a DebateTrace: {e}") from e
+    return out

@@ -1,0 +1,23 @@
+"""Encoders (text -> unit vectors) and pairwise evidence e_ij between debating agents (DESIGN §3)."""
+
+from dear.evidence.encoders import (
+    DEFAULT_ENCODER,
+    BGEM3Encoder,
+    Encoder,
+    EncoderError,
+    HashingEncoder,
+    SentenceTransformerEncoder,
+    make_encoder,
+)
+from dear.evidence.similarity import pairwise_evidence
+
+__all__ = [
+    "DEFAULT_ENCODER",
+    "BGEM3Encoder",
+    "Encoder",
+    "EncoderError",
+    "HashingEncoder",
+    "SentenceTransformerEncoder",
+    "make_encoder",
+    "pairwise_evidence",
+]

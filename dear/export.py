@@ -1,0 +1,208 @@
+"""Self-contained export of a trained DEAR policy (DESIGN §10): safetensors weights + a JSON manifest.
+
+    python -m dear.export runs/RUN_DIR exported/dear-gsm8k        # latest checkpoint of a run
+    python -m dear.export runs/RUN_DIR/checkpoints/iter_000100 OUT  # a specific checkpoint
+
+    from dear.export import load_exported
+    exported = load_exported("exported/dear-gsm8k")
+    act = exported.policy.act(obs.selection_obs, obs.b, obs.u, deterministic=True)
+
+The artifact directory holds `policy.safetensors` (the selection and behavior actors; the critic is a
+training-only part) and `manifest.json` (V, observation layout, pair order, action ranges, fusion rule,
+encoder name, versions, the training backend and whether it was synthetic). Loading needs only torch,
+safetensors and `dear.policy` — no trainer, Ray or gymnasium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+import dear
+from dear.policy import (
+    RAW_BOUND,
+    JointPolicy,
+    PolicyConfig,
+    behavior_obs_dim,
+    pair_order,
+    selection_obs_dim,
+)
+
+FORMAT = "dear-policy"
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "policy.safetensors"
+MANIFEST_FILE = "manifest.json"
+
+
+class ExportError(ValueError):
+    """An export artifact or checkpoint is missing, malformed or inconsistent."""
+
+
+@dataclass
+class ExportedPolicy:
+    policy: JointPolicy  # eval mode; use act(..., deterministic=True) for inference
+    manifest: dict[str, Any]
+    path: Path
+
+    @property
+    def n_agents(self) -> int:
+        return int(self.manifest["n_agents"])
+
+    @property
+    def encoder(self) -> str:
+        return str(self.manifest["encoder"])
+
+    @property
+    def synthetic(self) -> bool:
+        return bool(self.manifest.get("training", {}).get("synthetic", False))
+
+
+def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] | None = None) -> dict[str, Any]:
+    cfg = policy.config
+    v = cfg.n_agents
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dear_version": dear.__version__,
+        "torch_version": torch.__version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "n_agents": v,
+        "encoder": encoder,
+        "fusion": cfg.fusion,
+        "policy_config": {k: list(x) if isinstance(x, tuple) else x for k, x in cfg.to_dict().items()},
+        "observation": {
+            "selection": {"dim": selection_obs_dim(v),
+                          "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]"},
+            "behavior": {"dim": behavior_obs_dim(v),
+                         "layout": "per agent: [E_hat_i (V), u_hat_i, conflict_i, one_hot(i) (V)] after fusing "
+                                   "agent i's opinion with the peers it reads"},
+            "evidence": "e_ij = (2 + cos(h_i, h_j) + cos(c_i, c_j)) / 4 over reasoning (h) and conclusion (c)",
+        },
+        "action": {
+            "pair_order": [list(p) for p in pair_order(v)],
+            "pairs_meaning": "pairs[k] = 1 for pair_order[k] = (i, j): agent i reads agent j's previous answer",
+            "behavior": "raw (V, 2) pre-sigmoid (z_T, z_P) per agent, clipped to +-raw_bound",
+            "raw_bound": RAW_BOUND,
+            "temperature_range": list(cfg.temp_range),
+            "top_p_range": list(cfg.top_p_range),
+            "mapping": "T = T_min + (T_max - T_min) * sigmoid(z_T); top_p = P_min + (P_max - P_min) * sigmoid(z_P)",
+        },
+        "training": dict(training or {}),
+    }
+
+
+def export_policy(policy: JointPolicy, out_dir: str | Path, encoder: str,
+                  training: dict[str, Any] | None = None) -> Path:
+    """Write `policy.safetensors` + `manifest.json` into out_dir (created); returns out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {f"selection.{k}": v.detach().cpu().contiguous() for k, v in policy.selection.state_dict().items()}
+    tensors.update({f"behavior.{k}": v.detach().cpu().contiguous() for k, v in policy.behavior.state_dict().items()})
+    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+    manifest = build_manifest(policy, encoder, training)
+    manifest["weights_sha256"] = hashlib.sha256((out / WEIGHTS_FILE).read_bytes()).hexdigest()
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+    return out
+
+
+def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy:
+    """Load an exported artifact; checks format, version, weights hash and layout against the manifest."""
+    root = Path(path)
+    mpath, wpath = root / MANIFEST_FILE, root / WEIGHTS_FILE
+    if not mpath.exists() or not wpath.exists():
+        raise ExportError(f"{root}: not a DEAR export (needs {MANIFEST_FILE} and {WEIGHTS_FILE})")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as e:
+        raise ExportError(f"{mpath}: invalid JSON: {e}") from None
+    if manifest.get("format") != FORMAT:
+        raise ExportError(f"{mpath}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
+    if int(manifest.get("format_version", -1)) > FORMAT_VERSION:
+        raise ExportError(f"{mpath}: format_version {manifest.get('format_version')} is newer than this "
+                          f"dear ({FORMAT_VERSION}); upgrade dear")
+    sha = manifest.get("weights_sha256")
+    if sha and hashlib.sha256(wpath.read_bytes()).hexdigest() != sha:
+        raise ExportError(f"{wpath}: sha256 does not match manifest.json (corrupt or replaced weights)")
+    try:
+        cfg = PolicyConfig.from_dict(dict(manifest["policy_config"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExportError(f"{mpath}: bad policy_config: {e}") from None
+    if cfg.n_agents != int(manifest.get("n_agents", -1)):
+        raise ExportError(f"{mpath}: n_agents {manifest.get('n_agents')} != policy_config.n_agents {cfg.n_agents}")
+    policy = JointPolicy(cfg)
+    tensors = load_file(str(wpath), device=map_location)
+    for prefix, module in (("selection", policy.selection), ("behavior", policy.behavior)):
+        sd = {k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
+        try:
+            module.load_state_dict(sd)
+        except RuntimeError as e:
+            raise ExportError(f"{wpath}: {prefix} weights do not fit the manifest's layout: {e}") from None
+    policy.eval()
+    return ExportedPolicy(policy=policy, manifest=manifest, path=root)
+
+
+# ---------------------------------------------------------------------------------------------------
+# From a training checkpoint (files only: dear/ never imports train/)
+
+
+def _checkpoint_dir(path: Path) -> Path:
+    if (path / "model.safetensors").exists():
+        return path
+    latest = path / "checkpoints" / "latest"
+    if latest.exists():
+        return path / "checkpoints" / latest.read_text().strip()
+    raise ExportError(f"{path}: neither a checkpoint directory (model.safetensors) nor a run directory "
+                      f"(checkpoints/latest)")
+
+
+def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path) -> Path:
+    """Export the actors of a trainer checkpoint (its config.yaml gives V, ranges, fusion, encoder)."""
+    import yaml
+
+    ckpt = _checkpoint_dir(Path(checkpoint_or_run))
+    cfg = yaml.safe_load((ckpt / "config.yaml").read_text())
+    env, pol, llm = cfg["env"], cfg.get("policy", {}), cfg.get("llm", {})
+    pcfg = PolicyConfig(
+        n_agents=env["num_agents"], selection_mode=pol.get("selection_mode", "learned"),
+        behavior_mode=pol.get("behavior_mode", "learned"), fusion=env.get("fusion", "dst"),
+        selection_hidden=pol.get("hidden", 64), behavior_hidden=pol.get("hidden", 64),
+        log_std_init=pol.get("init_log_std", -0.5), temp_range=tuple(env["temperature_range"]),
+        top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
+        fixed_top_p=pol.get("fixed_top_p", 0.9),
+    )
+    policy = JointPolicy(pcfg)
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    for prefix, module in (("selection", policy.selection), ("behavior", policy.behavior)):
+        module.load_state_dict({k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + ".")})
+    spec = llm.get("spec") or llm.get("preset", "")
+    synthetic = str(spec).split(":", 1)[0] == "sim"
+    encoder = env.get("encoder") or ("hashing" if synthetic else "minilm")
+    state = json.loads((ckpt / "state.json").read_text()) if (ckpt / "state.json").exists() else {}
+    training = {"checkpoint": str(ckpt), "iteration": state.get("counters", {}).get("iteration"),
+                "task": env.get("task"), "split": env.get("split"), "llm": spec, "synthetic": synthetic,
+                "rounds": env.get("rounds"), "token_cost": env.get("token_cost")}
+    return export_policy(policy, out_dir, encoder, training)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dear.export", description="Export a trained DEAR policy.")
+    p.add_argument("checkpoint", help="run directory (uses its latest checkpoint) or a checkpoint directory")
+    p.add_argument("out_dir")
+    args = p.parse_args(argv)
+    out = export_checkpoint(args.checkpoint, args.out_dir)
+    m = json.loads((out / MANIFEST_FILE).read_text())
+    print(f"exported V={m['n_agents']} encoder={m['encoder']} synthetic={m['training'].get('synthetic')} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The one backend interface: a batch of chat requests in, one completion per request out."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[ChatMessage, ...]
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_tokens: int = 512
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    # Structured facts about the debate turn (debate id, agent, round, the answers shown in the prompt).
+    # Real LLM backends ignore it; the synthetic debater backend reads it instead of re-parsing prompts.
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length" | "error" | backend-specific
+    latency_s: float
+    error: str | None = None  # set when the backend gave up on this request (after retries)
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class BackendError(RuntimeError):
+    """A backend could not be built or used (missing model, no CUDA, bad URL...)."""
+
+
+class Backend(abc.ABC):
+    """Generate completions for a batch of chat requests.
+
+    Implementations decode the whole batch together where they can (parallel slots, continuous
+    batching, concurrent HTTP). A request that fails after the backend's own retries comes back as a
+    Completion with `error` set; it never raises for one bad request, so other debates can finish.
+    """
+
+    model_id: str = "unknown"
+    synthetic: bool = False  # True only for the synthetic debater backend (`sim`)
+    context_length: int | None = None  # tokens, when known
+
+    @abc.abstractmethod
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]: ...
+
+    def count_tokens(self, text: str) -> int:
+        """Token count with the backend's tokenizer where it has one; ~4 chars/token otherwise."""
+        return max(1, len(text) // 4)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

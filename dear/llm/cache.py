@@ -1,0 +1,139 @@
+"""Persistent response cache (SQLite, WAL mode: several processes may share one file).
+
+The key is a sha256 over (model id, messages, temperature, top_p, max_tokens, seed, stop) plus the
+request's occurrence number among identical requests in the same batch: three agents sent the same
+prompt without a seed get three different cached answers, as they did on the first run.
+Only successful completions are stored; request metadata never enters the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from dear.llm.base import Backend, ChatRequest, Completion
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    completion TEXT NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+def cache_key(model_id: str, request: ChatRequest, occurrence: int = 0) -> str:
+    payload = {
+        "model_id": model_id,
+        "messages": [[m.role, m.content] for m in request.messages],
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_tokens": request.max_tokens,
+        "seed": request.seed,
+        "stop": list(request.stop),
+        "occurrence": occurrence,
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class CachedBackend(Backend):
+    """Wraps a backend; answers repeated requests from disk and sends only the misses, in one batch call.
+
+    `enabled=False` passes everything through (training rollouts want fresh samples) while keeping the
+    same object shape. Counters `hits` and `misses` accumulate over the object's life.
+    """
+
+    def __init__(self, inner: Backend, path: str | os.PathLike, enabled: bool = True):
+        self.inner = inner
+        self.path = Path(path)
+        self.enabled = enabled
+        self.hits = 0
+        self.misses = 0
+        self.model_id = inner.model_id
+        self.synthetic = inner.synthetic
+        self.context_length = inner.context_length
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # timeout: wait for another process's write lock instead of failing with "database is locked"
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(_SCHEMA)
+
+    def _keys(self, requests: Sequence[ChatRequest]) -> list[str]:
+        seen: dict[str, int] = {}
+        keys = []
+        for request in requests:
+            base = cache_key(self.model_id, request)
+            occurrence = seen.get(base, 0)
+            seen[base] = occurrence + 1
+            keys.append(cache_key(self.model_id, request, occurrence) if occurrence else base)
+        return keys
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        if not self.enabled or self._db is None:
+            return self.inner.generate(requests)
+        keys = self._keys(requests)
+        results: list[Completion | None] = [None] * len(requests)
+        with self._lock:
+            for i, key in enumerate(keys):
+                row = self._db.execute("SELECT completion FROM completions WHERE key = ?", (key,)).fetchone()
+                if row is not None:
+                    fields = json.loads(row[0])
+                    fields["cached"] = True
+                    results[i] = Completion(**fields)
+        missing = [i for i, c in enumerate(results) if c is None]
+        self.hits += len(requests) - len(missing)
+        self.misses += len(missing)
+        if missing:
+            fresh = self.inner.generate([requests[i] for i in missing])
+            if len(fresh) != len(missing):
+                raise RuntimeError(
+                    f"{type(self.inner).__name__} returned {len(fresh)} completions for {len(missing)}"
+                )
+            rows = []
+            for i, completion in zip(missing, fresh):
+                results[i] = completion
+                if completion.ok:
+                    stored = asdict(completion)
+                    stored["cached"] = False
+                    rows.append((keys[i], self.model_id, json.dumps(stored, ensure_ascii=False), time.time()))
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT OR REPLACE INTO completions VALUES (?, ?, ?, ?)", rows)
+                self._db.execute("COMMIT")
+        log.debug(
+            "response cache %s: %d hits, %d misses in this batch (totals %d/%d)",
+            self.path.name,
+            len(requests) - len(missing),
+            len(missing),
+            self.hits,
+            self.misses,
+        )
+        return results  # type: ignore[return-value]
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def close(self) -> None:
+        """Closes the database and the wrapped backend (the cache owns it)."""
+        if self.enabled:
+            log.info("response cache %s: %d hits, %d misses", self.path, self.hits, self.misses)
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self.inner.close()

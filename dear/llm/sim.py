@@ -1,0 +1,479 @@
+"""`sim`: a synthetic debater backend — a documented stochastic population model, no language model.
+
+Everything it produces is labelled synthetic: ``model_id = "sim-v1"``, ``synthetic = True``, every log line
+starts with ``[synthetic]``. It is for fast tests and algorithm checks (thousands of debates per minute on one
+CPU core), never for reporting LLM results.
+
+How it acts
+-----------
+It reads ``ChatRequest.metadata`` set by the debate engine (``agent``, ``round``, ``own_answer``,
+``peer_answers``, ``question_text``), not the prompt. The question's facts come from a machine-readable
+header on the first line of a ``synthetic`` task question (see ``dear/tasks/synthetic.py``)::
+
+    [synthetic id=train-000017 difficulty=0.42 answer=731 distractors=118,402,655]
+
+Notation: agent a has skill s_a (``skills[a % len(skills)]``, logits); the question has difficulty δ ∈ (0, 1)
+from the header and difficulty logit d = c + k·logit(δ) (c = ``difficulty_center``, k = ``difficulty_scale``;
+δ is uniform in the synthetic task, so d is logistic-distributed across questions). σ is the logistic
+function. The sampling "excess" of a request with temperature T and top-p P is
+
+    x = (T − T0) + w_p·(P − P0)                 (T0 = ``t_ref``, P0 = ``top_p_ref``, w_p = ``top_p_weight``)
+
+so top-p below P0 acts like a slightly lower temperature (less randomness) and x = 0 at the reference.
+
+Round 0 (and every "re-solve" below) is an independent draw:
+
+    P(correct) = σ(s_a − d − τ·x [+ β on a re-solve])          (τ = ``temp_penalty``, β = ``resolve_bonus``)
+
+A wrong draw is the question's i-th distractor with probability (1 − u)·softmax(−λ·i) (λ =
+``distractor_decay``: the first distractor is the popular mistake, so wrong majorities form), or with
+probability u (``p_unique_wrong``) an idiosyncratic wrong number nobody else is likely to give.
+
+Round r ≥ 1. Let n_agr / n_dis be how many of the peers shown in the prompt (``peer_answers``; peers without an
+answer are ignored) share / do not share the agent's previous answer. The agent *moves* with probability
+
+    reads nobody:   σ(s0 + s1·x)                                   (self-revision; s0 ≪ 0)
+    reads peers:    σ(a0 + a1·n_dis − a2·n_agr + a3·x)             (conformity pressure)
+
+If it moves and n_dis > 0 it adopts the plurality of the disagreeing peers' answers (ties broken at random:
+blind conformity, the source of correct→incorrect flips of a correct minority), except that with probability
+ρ (``p_resolve``) it instead re-solves (independent redraw, the source of incorrect→correct by
+reconsideration). If it moves with n_dis = 0 (nobody or only agreeing peers read) it re-solves. An agent whose
+previous answer was missing always re-solves. Otherwise it keeps its answer. Consequences by design:
+reading only agreeing peers almost never moves an agent (σ(a0 − a2) ≈ 0.5 %), an isolated correct minority that
+reads nobody keeps its answer with probability ≈ 1 − σ(s0)·(1 − P(correct)), and lower temperature lowers
+every move probability (a3, s1 > 0) — so a regulator that prunes who-reads-whom and cools the sampling can
+beat full-mesh MAD. Defaults reproduce, at T = 0.7 with a full mesh and 3 agents, the embedded model's GSM8K
+numbers quoted in issue 5: round-0 accuracy ≈ 0.4, about a third of questions unanimous at round 0,
+C→I ≈ 3/28 and I→C ≈ 10/44 over one exchange round (checked in tests/test_sim.py).
+
+Text
+----
+"Reasoning: …\\nConclusion: The answer is X …\\nFinal answer: \\boxed{X}". The reasoning words come mostly
+from a vocabulary derived deterministically from the answer X (stable hash), plus topic words of the question
+(shared by everyone) and noise words from the agent's style and the sampling (more at higher T), so embeddings
+of agents with the same answer are much closer than of agents with different answers. Length in words grows
+with T (``words_base + words_per_temp·T``, ≈ 60–150); completion_tokens = word count; prompt_tokens ≈ characters
+of all messages / 4. A completion longer than the request's ``max_tokens`` is cut there with
+``finish_reason = "length"`` and loses its conclusion and final answer, as a real model's would.
+
+Randomness: one ``numpy.random.Generator`` per request, seeded by (backend seed, request seed, a stable hash
+of question id / agent / round), so the same requests with the same seeds give bit-identical completions in any
+batch order. Requests without a seed use a stable hash of their messages instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dear.llm.base import Backend, ChatRequest, Completion
+
+log = logging.getLogger(__name__)
+
+SIM_MODEL_ID = "sim-v1"
+LOG_PREFIX = "[synthetic]"
+
+# ---------------------------------------------------------------- the question header (shared format)
+# Duplicated on purpose in dear/tasks/synthetic.py (floor-1 packages do not import each other);
+# tests/test_sim.py checks that both sides agree.
+HEADER_FORMAT = "[synthetic id={id} difficulty={difficulty:.2f} answer={answer} distractors={distractors}]"
+HEADER_RE = re.compile(
+    r"\[synthetic id=(?P<id>[^\s\]]+) difficulty=(?P<difficulty>[0-9]*\.?[0-9]+) "
+    r"answer=(?P<answer>-?\d+) distractors=(?P<distractors>-?\d+(?:,-?\d+)*)\]"
+)
+
+
+@dataclass(frozen=True)
+class SyntheticHeader:
+    id: str
+    difficulty: float  # in (0, 1); higher is harder
+    answer: str  # the gold integer, as text
+    distractors: tuple[str, ...]  # the shared wrong answers, most popular first
+
+
+def format_header(h: SyntheticHeader) -> str:
+    return HEADER_FORMAT.format(
+        id=h.id, difficulty=h.difficulty, answer=h.answer, distractors=",".join(h.distractors)
+    )
+
+
+def parse_header(text: str) -> SyntheticHeader | None:
+    """The header of a synthetic question found anywhere in `text` (first match), or None."""
+    m = HEADER_RE.search(text or "")
+    if m is None:
+        return None
+    return SyntheticHeader(
+        id=m["id"],
+        difficulty=float(m["difficulty"]),
+        answer=m["answer"],
+        distractors=tuple(m["distractors"].split(",")),
+    )
+
+
+# ---------------------------------------------------------------- parameters
+@dataclass
+class SimParams:
+    """All parameters of the population model (equations in the module docstring). JSON round-trips."""
+
+    # round 0
+    skills: list[float] = field(default_factory=lambda: [0.2, 0.0, -0.2])  # per agent, cycled for V agents
+    difficulty_center: float = 0.6  # c
+    difficulty_scale: float = 1.15  # k
+    temp_penalty: float = 0.5  # τ: hotter sampling, fewer correct first answers
+    t_ref: float = 0.7  # T0
+    top_p_ref: float = 0.9  # P0
+    top_p_weight: float = 0.5  # w_p
+    distractor_decay: float = 1.5  # λ
+    p_unique_wrong: float = 0.08  # u
+    # rounds >= 1
+    self_revise_bias: float = -3.5  # s0
+    self_revise_temp: float = 1.5  # s1
+    switch_bias: float = -2.2  # a0
+    switch_disagree: float = 2.0  # a1
+    switch_agree: float = 3.0  # a2
+    switch_temp: float = 1.5  # a3
+    p_resolve: float = 0.7  # ρ
+    resolve_bonus: float = 1.8  # β
+    # text
+    words_base: float = 55.0
+    words_per_temp: float = 70.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.skills, (list, tuple)) or not self.skills:
+            raise ValueError(f"SimParams.skills must be a non-empty list of floats, got {self.skills!r}")
+        self.skills = [float(s) for s in self.skills]
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "skills":
+                bad = [s for s in v if not math.isfinite(s)]
+                if bad:
+                    raise ValueError(f"SimParams.skills has non-finite values {bad}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"SimParams.{f.name} must be a finite number, got {v!r}")
+            setattr(self, f.name, float(v))
+        for name in ("p_unique_wrong", "p_resolve"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("difficulty_scale", "words_base"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SimParams.{name} must be > 0, got {getattr(self, name)}")
+        if self.words_per_temp < 0:
+            raise ValueError(f"SimParams.words_per_temp must be >= 0, got {self.words_per_temp}")
+
+    def skill(self, agent: int) -> float:
+        return self.skills[agent % len(self.skills)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SimParams:
+        if not isinstance(d, dict):
+            raise ValueError(f"SimParams.from_dict expects a dict, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"SimParams: unknown keys {unknown}; known keys are {sorted(known)}")
+        return cls(**d)
+
+    def to_json(self, path: str | Path, **extra: Any) -> None:
+        """Write {"model_id", "synthetic", "params", **extra} to a file whose name must contain 'synthetic'."""
+        path = Path(path)
+        if "synthetic" not in path.name:
+            raise ValueError(f"sim parameter files are labelled synthetic: put 'synthetic' in the name ({path})")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"model_id": SIM_MODEL_ID, "synthetic": True, "params": self.to_dict(), **extra}
+        path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> SimParams:
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as e:
+            raise ValueError(f"sim parameter file not found: {path}") from e
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from e
+        if isinstance(doc, dict) and "params" in doc:
+            doc = doc["params"]
+        try:
+            return cls.from_dict(doc)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+
+
+# ---------------------------------------------------------------- the model's equations (shared with the fitter)
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-np.asarray(z, dtype=np.float64)))
+
+
+def logit(p):
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def difficulty_logit(p: SimParams, difficulty):
+    """d = c + k·logit(δ)."""
+    return p.difficulty_center + p.difficulty_scale * logit(difficulty)
+
+
+def excess(p: SimParams, temperature, top_p):
+    """x = (T − T0) + w_p·(P − P0)."""
+    return (np.asarray(temperature, dtype=np.float64) - p.t_ref) + p.top_p_weight * (
+        np.asarray(top_p, dtype=np.float64) - p.top_p_ref
+    )
+
+
+def p_correct(p: SimParams, skill, d, x, resolve: bool = False):
+    """P(an independent draw is correct) = σ(s − d − τ·x [+ β])."""
+    return sigmoid(np.asarray(skill) - d - p.temp_penalty * x + (p.resolve_bonus if resolve else 0.0))
+
+
+def p_move(p: SimParams, n_dis, n_agr, x):
+    """P(the agent moves in round ≥ 1): self-revision if it reads nobody, else conformity pressure."""
+    n_dis = np.asarray(n_dis, dtype=np.float64)
+    n_agr = np.asarray(n_agr, dtype=np.float64)
+    alone = p.self_revise_bias + p.self_revise_temp * x
+    peers = p.switch_bias + p.switch_disagree * n_dis - p.switch_agree * n_agr + p.switch_temp * x
+    return sigmoid(np.where(n_dis + n_agr > 0, peers, alone))
+
+
+def distractor_weights(p: SimParams, n: int) -> np.ndarray:
+    """P(wrong answer = distractor i | wrong, not idiosyncratic) = softmax(−λ·i)."""
+    w = np.exp(-p.distractor_decay * np.arange(n, dtype=np.float64))
+    return w / w.sum()
+
+
+# ---------------------------------------------------------------- text
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "gu", "fi", "he", "ja", "qu")
+
+
+def _make_vocab(n: int = 1024) -> tuple[str, ...]:
+    words = []
+    for i in range(n):  # 3-syllable pseudo-words: distinct, deterministic, no real-language prior
+        a, b, c = i % 16, (i // 16) % 16, (i // 256) % 16
+        words.append(_SYLLABLES[a] + _SYLLABLES[b] + _SYLLABLES[c])
+    return tuple(words)
+
+
+VOCAB = _make_vocab()
+_NOISE = VOCAB[768:]  # noise words: disjoint from answer / topic words so noise does not fake agreement
+
+
+def _stable_int(*parts: Any) -> int:
+    h = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "little")
+
+
+@lru_cache(maxsize=65536)
+def _words_for(kind: str, key: str, n: int) -> tuple[str, ...]:
+    """A deterministic word list for an answer / question / agent (independent of any seed)."""
+    rng = np.random.default_rng(_stable_int("sim-vocab", kind, key))
+    return tuple(VOCAB[i] for i in rng.choice(768, size=n, replace=False))
+
+
+def _canon(key: Any) -> str | None:
+    """Answer keys as the engine normalises them ('731', '731.0', '1,000') → a canonical integer string."""
+    if key is None:
+        return None
+    s = str(key).strip().replace(",", "")
+    if not s:
+        return None
+    try:
+        f = float(s)
+    except ValueError:
+        return s
+    return str(int(f)) if math.isfinite(f) and f == int(f) else s
+
+
+@lru_cache(maxsize=65536)
+def _header_cached(text: str) -> SyntheticHeader | None:
+    return parse_header(text)
+
+
+def _agent_index(agent: Any) -> int:
+    if isinstance(agent, (int, np.integer)):
+        return int(agent)
+    m = re.search(r"(\d+)$", str(agent))
+    if m is None:
+        raise ValueError(f"[synthetic] metadata['agent'] must be an int or end in digits, got {agent!r}")
+    return int(m.group(1))
+
+
+@dataclass(frozen=True)
+class TurnDecision:
+    """What the model decided for one request (kept for tests and the fitter)."""
+
+    answer: str
+    correct: bool
+    moved: bool
+    mode: str  # "round0" | "keep" | "adopt" | "resolve"
+
+
+class SimBackend(Backend):
+    """Synthetic debaters driven by `SimParams` (see the module docstring)."""
+
+    model_id = SIM_MODEL_ID
+    synthetic = True
+    context_length = 32768
+
+    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0):
+        if params is None:
+            params = SimParams()
+        elif isinstance(params, dict):
+            params = SimParams.from_dict(params)
+        elif isinstance(params, (str, Path)):
+            params = SimParams.from_json(params)
+        elif not isinstance(params, SimParams):
+            raise ValueError(f"SimBackend params must be SimParams, a dict or a JSON path, got {type(params)}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"SimBackend seed must be an int, got {seed!r}")
+        self.params = params
+        self.seed = int(seed)
+        self.n_calls = 0  # generate() calls (the vector env's one-call-per-round test reads this)
+        self.n_requests = 0
+        log.info("%s SimBackend %s seed=%d params=%s", LOG_PREFIX, SIM_MODEL_ID, self.seed, params.to_dict())
+
+    @classmethod
+    def from_file(cls, path: str | Path, seed: int = 0) -> SimBackend:
+        return cls(SimParams.from_json(path), seed=seed)
+
+    # ------------------------------------------------------------ public
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        self.n_calls += 1
+        self.n_requests += len(requests)
+        out = []
+        for k, req in enumerate(requests):
+            t0 = time.perf_counter()
+            try:
+                text, n_words, finish = self._complete(req)
+            except ValueError as e:
+                out.append(Completion("", self._prompt_tokens(req), 0, "error", time.perf_counter() - t0, str(e)))
+                log.warning("%s request %d: %s", LOG_PREFIX, k, e)
+                continue
+            out.append(Completion(text, self._prompt_tokens(req), n_words, finish, time.perf_counter() - t0))
+        log.debug("%s generated %d completions", LOG_PREFIX, len(out))
+        return out
+
+    def decide(self, req: ChatRequest) -> TurnDecision:
+        """The model's decision for one request, without the text."""
+        return self._decide(req, self._rng(req), self._header(req))[0]
+
+    # ------------------------------------------------------------ internals
+    @staticmethod
+    def _prompt_tokens(req: ChatRequest) -> int:
+        return max(1, sum(len(m.content) for m in req.messages) // 4)
+
+    def _header(self, req: ChatRequest) -> SyntheticHeader:
+        meta = req.metadata or {}
+        h = _header_cached(meta["question_text"]) if meta.get("question_text") else None
+        if h is None:  # no metadata (e.g. a direct call): look for the header in the prompt itself
+            for m in req.messages:
+                h = _header_cached(m.content)
+                if h is not None:
+                    break
+        if h is None:
+            raise ValueError(
+                "[synthetic] no synthetic question header in metadata['question_text'] or the messages; "
+                "the sim backend only answers questions of the 'synthetic' task"
+            )
+        return h
+
+    def _rng(self, req: ChatRequest) -> np.random.Generator:
+        meta = req.metadata or {}
+        who = _stable_int(meta.get("question_id"), meta.get("debate_id"), meta.get("agent"), meta.get("round"))
+        if req.seed is None:
+            req_seed = _stable_int([m.content for m in req.messages], req.temperature, req.top_p)
+        else:
+            req_seed = int(req.seed) & 0xFFFFFFFFFFFFFFFF
+        return np.random.default_rng(np.random.SeedSequence([self.seed & 0xFFFFFFFF, req_seed, who]))
+
+    def _draw(self, rng, h: SyntheticHeader, skill: float, d: float, x: float, resolve: bool) -> str:
+        p = self.params
+        if rng.random() < float(p_correct(p, skill, d, x, resolve)):
+            return _canon(h.answer)
+        if not h.distractors or rng.random() < p.p_unique_wrong:
+            gold = int(_canon(h.answer))
+            while True:  # an idiosyncratic wrong number
+                v = int(rng.integers(1, 10 * max(100, abs(gold))))
+                if v != gold and str(v) not in h.distractors:
+                    return str(v)
+        w = distractor_weights(p, len(h.distractors))
+        return _canon(h.distractors[int(rng.choice(len(w), p=w))])
+
+    def _decide(self, req: ChatRequest, rng, h: SyntheticHeader) -> tuple[TurnDecision, int, float]:
+        p = self.params
+        meta = req.metadata or {}
+        agent = _agent_index(meta.get("agent", 0))
+        rnd = int(meta.get("round", 0) or 0)
+        skill = p.skill(agent)
+        d = float(difficulty_logit(p, h.difficulty))
+        x = float(excess(p, req.temperature, req.top_p))
+        gold = _canon(h.answer)
+
+        def result(ans: str, moved: bool, mode: str) -> tuple[TurnDecision, int, float]:
+            return TurnDecision(ans, ans == gold, moved, mode), agent, x
+
+        own = _canon(meta.get("own_answer"))
+        if rnd == 0:
+            return result(self._draw(rng, h, skill, d, x, resolve=False), False, "round0")
+        if own is None:  # nothing to keep: solve again
+            return result(self._draw(rng, h, skill, d, x, resolve=True), True, "resolve")
+        peers = [a for a in (_canon(a) for a in (meta.get("peer_answers") or [])) if a is not None]
+        n_agr = sum(a == own for a in peers)
+        n_dis = len(peers) - n_agr
+        if rng.random() >= float(p_move(p, n_dis, n_agr, x)):
+            return result(own, False, "keep")
+        if n_dis > 0 and rng.random() >= p.p_resolve:
+            counts: dict[str, int] = {}
+            for a in peers:
+                if a != own:
+                    counts[a] = counts.get(a, 0) + 1
+            top = max(counts.values())
+            tied = sorted(a for a, c in counts.items() if c == top)
+            return result(tied[int(rng.integers(len(tied)))], True, "adopt")
+        return result(self._draw(rng, h, skill, d, x, resolve=True), True, "resolve")
+
+    def _complete(self, req: ChatRequest) -> tuple[str, int, str]:
+        h = self._header(req)
+        rng = self._rng(req)
+        dec, agent, _ = self._decide(req, rng, h)
+        p = self.params
+        temp = max(0.0, float(req.temperature))
+        n = int(np.clip(round(p.words_base + p.words_per_temp * temp + rng.normal(0.0, 6.0)), 30, 400))
+        answer_words = _words_for("answer", dec.answer, 16)
+        topic_words = _words_for("question", h.id, 12)
+        style_words = _words_for("agent", str(agent), 8)
+        # word source per position: answer vocabulary, shared topic, agent style, or sampling noise (grows with T)
+        p_noise = min(0.4, 0.05 + 0.12 * temp)
+        probs = np.array([0.80 - p_noise, 0.12, 0.05, 0.03 + p_noise])
+        probs /= probs.sum()
+        src = rng.choice(4, size=n, p=probs)
+        picks = rng.integers(0, 1 << 30, size=n)
+        pools = (answer_words, topic_words, style_words, _NOISE)
+        sizes = np.array([len(pl) for pl in pools])
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        pool = answer_words + topic_words + style_words + _NOISE
+        words = [pool[i] for i in (offsets[src] + picks % sizes[src]).tolist()]
+        sentences = [" ".join(words[i : i + 10]) for i in range(0, len(words), 10)]
+        reasoning = ". ".join(s.capitalize() for s in sentences) + f". So the result is {dec.answer}."
+        conclusion = f"The answer is {dec.answer}, by the {answer_words[0]} {answer_words[1]} step."
+        final = f"\\boxed{{{dec.answer}}}"
+        text = f"Reasoning: {reasoning}\nConclusion: {conclusion}\nFinal answer: {final}"
+        tokens = text.split()
+        if len(tokens) > req.max_tokens:  # cut like a real model: the answer sections are lost
+            return " ".join(tokens[: max(0, int(req.max_tokens))]), max(0, int(req.max_tokens)), "length"
+        return text, len(tokens), "stop"

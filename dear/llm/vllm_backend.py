@@ -1,0 +1,97 @@
+"""vLLM in-process (the GPU path): one `LLM.chat` call per batch with one SamplingParams per request."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+
+log = logging.getLogger(__name__)
+
+_GPU_HINT = "install the `gpu` extra on a CUDA machine: pip install -e .[gpu]"
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+class VLLMBackend(Backend):
+    """`vllm.LLM(model, **engine_kwargs)`; the model's own chat template formats the messages.
+
+    vLLM batches the whole list continuously on the GPU, so a round of all debates and agents is one call.
+    Typical engine_kwargs: tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype, seed.
+    """
+
+    def __init__(self, model: str, **engine_kwargs: Any):
+        try:
+            import vllm
+        except ImportError as exc:
+            raise BackendError(f"vllm is not installed ({exc}); {_GPU_HINT}") from exc
+        if not cuda_available():
+            raise BackendError(f"vLLM needs a CUDA GPU and torch.cuda.is_available() is False; {_GPU_HINT}")
+        self._vllm = vllm
+        started = time.perf_counter()
+        try:
+            self._llm = vllm.LLM(model=model, **engine_kwargs)
+        except Exception as exc:  # vLLM raises many types (ValueError, RuntimeError, OSError, CUDA errors)
+            raise BackendError(f"vLLM could not load {model!r}: {type(exc).__name__}: {exc}") from exc
+        log.info("vLLM loaded %s in %.1fs", model, time.perf_counter() - started)
+        self._tokenizer = self._llm.get_tokenizer()
+        self.model_id = f"vllm:{model}"
+        try:
+            self.context_length = int(self._llm.llm_engine.model_config.max_model_len)
+        except AttributeError:  # engine internals moved between vLLM versions
+            self.context_length = engine_kwargs.get("max_model_len")
+
+    def _sampling(self, request: ChatRequest):
+        return self._vllm.SamplingParams(
+            temperature=request.temperature,
+            top_p=request.top_p,
+            max_tokens=request.max_tokens,
+            seed=request.seed,
+            stop=list(request.stop) or None,
+        )
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        if not requests:
+            return []
+        conversations = [[{"role": m.role, "content": m.content} for m in r.messages] for r in requests]
+        started = time.perf_counter()
+        try:
+            outputs = self._llm.chat(
+                conversations, sampling_params=[self._sampling(r) for r in requests], use_tqdm=False
+            )
+        except Exception as exc:  # noqa: BLE001 - one failed batch must not crash the debates
+            latency = time.perf_counter() - started
+            log.error("vLLM batch of %d failed: %s", len(requests), exc)
+            return [
+                Completion("", 0, 0, "error", latency, error=f"vLLM: {type(exc).__name__}: {exc}")
+                for _ in requests
+            ]
+        latency = time.perf_counter() - started  # vLLM decodes the batch together: one wall time for all
+        completions = []
+        for out in outputs:
+            gen = out.outputs[0]
+            completions.append(
+                Completion(
+                    text=gen.text,
+                    prompt_tokens=len(out.prompt_token_ids or []),
+                    completion_tokens=len(gen.token_ids),
+                    finish_reason=gen.finish_reason or "stop",
+                    latency_s=latency,
+                )
+            )
+        return completions
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def close(self) -> None:
+        self._llm = None

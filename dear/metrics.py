@@ -1,0 +1,406 @@
+"""Debate metrics on plain per-debate arrays (DESIGN §8). Floor 1: no project imports.
+
+A debate is described by `DebateRecord`: the normalised answer key and the correctness of every agent in every
+round (`answers[r][i]`, `correct[r][i]`), the final (plurality, seeded tie-break) correctness and the tokens.
+Single-call methods (single CoT, self-consistency) are records with one round.
+
+Conventions (the edge cases, stated once):
+- No answer: an agent whose answer could not be parsed has key None. None never votes and is never the
+  plurality; it counts as incorrect in accuracy and transitions; it has 0 agreeing peers; it is not "in the
+  minority" and is left out of HCR/BCR (it holds no position that could conform or be corrected).
+- Agreement: agent i's agreeing peers are the other agents with the same non-None key in the same round.
+- Per-round group answer: the plurality key(s) of that round. With a tie between several leaders the round's
+  score is the fraction of tied leaders that are correct, i.e. the expected correctness of a uniform random
+  tie-break (deterministic, no RNG). A round where nobody answered scores 0. The *final* accuracy instead uses
+  the debate's own seeded tie-break (`final_correct`), so the last per-round value can differ from the final
+  accuracy on tied debates; ties are counted.
+- A key is correct when any agent holding it was graded correct (agents with equal keys share a grade).
+- HCR (harmful conformity rate): cases (agent i, round r -> r+1) where i is correct at r, i's key is held by
+  fewer agents than the plurality key and no plurality key is correct; HCR = share of them wrong at r+1.
+  BCR (beneficial correction rate): i is wrong at r (with an answer), in the minority, and every plurality
+  key is correct; BCR = share of them correct at r+1. Mixed ties (some leaders right, some wrong) enter neither.
+- Drift (problem-drift paper, seed 000): s_r = per-round group score, FOCUS_r = s_r - s_{r-1}. Round r >= 1
+  is drifted when s_r < max(s_0..s_{r-1}). A debate drifted when any round did; it recovered when a round after
+  its first drift reaches the best score before that drift (as in the paper's code). Rounds spent drifted =
+  the number of drifted rounds.
+- Rates with an empty denominator are NaN (printed as "-"), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+TRANSITIONS = ("C->C", "C->I", "I->C", "I->I")
+
+
+# ---------------------------------------------------------------- records and small value types
+@dataclass(frozen=True)
+class DebateRecord:
+    """One debate (or one single-call method run) as plain arrays."""
+
+    answers: Sequence[Sequence[str | None]]  # [round][agent] normalised answer key, None = no answer
+    correct: Sequence[Sequence[bool]]  # [round][agent]
+    final_correct: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tie: bool = False  # the final vote was decided by the seeded tie-break
+    failed: bool = False  # the debate hit a backend error
+    final_grader: str = "none"  # grader that decided the final answer ("none" when there was no answer)
+    question_id: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.answers) != len(self.correct):
+            raise ValueError(
+                f"DebateRecord {self.question_id!r}: answers has {len(self.answers)} rounds, "
+                f"correct has {len(self.correct)}"
+            )
+        for r, (a, c) in enumerate(zip(self.answers, self.correct)):
+            if len(a) != len(c):
+                raise ValueError(
+                    f"DebateRecord {self.question_id!r}: round {r} has {len(a)} answers but {len(c)} grades"
+                )
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.answers)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A rate with its numerator and denominator (so reports can show both)."""
+
+    num: int
+    den: int
+
+    @property
+    def rate(self) -> float:
+        return self.num / self.den if self.den else math.nan
+
+    def __add__(self, other: Ratio) -> Ratio:
+        return Ratio(self.num + other.num, self.den + other.den)
+
+
+@dataclass(frozen=True)
+class CI:
+    mean: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class RoundVote:
+    leaders: tuple[str, ...]  # plurality keys (several on a tie; empty when nobody answered)
+    top: int  # votes of each leader
+    counts: dict[str, int]
+    score: float  # fraction of leaders that are correct (0 when nobody answered)
+
+    @property
+    def tie(self) -> bool:
+        return len(self.leaders) > 1
+
+
+@dataclass(frozen=True)
+class Conformity:
+    hcr: Ratio
+    bcr: Ratio
+
+
+@dataclass(frozen=True)
+class Drift:
+    scores: np.ndarray  # (R+1,) per-round group score
+    focus: np.ndarray  # (R,) FOCUS_r for r = 1..R
+    drifted: bool
+    first_drift_round: int | None
+    recovered: bool
+    rounds_drifted: int
+
+
+# ---------------------------------------------------------------- per-round building blocks
+def _key_correct(keys: Sequence[str | None], correct: Sequence[bool]) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for k, c in zip(keys, correct):
+        if k is not None:
+            out[k] = out.get(k, False) or bool(c)
+    return out
+
+
+def round_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> RoundVote:
+    """Plurality of one round; ties are kept (all leaders), None never votes."""
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return RoundVote(leaders=(), top=0, counts={}, score=0.0)
+    top = max(counts.values())
+    leaders = tuple(sorted(k for k, c in counts.items() if c == top))
+    kc = _key_correct(keys, correct)
+    score = sum(kc[k] for k in leaders) / len(leaders)
+    return RoundVote(leaders=leaders, top=top, counts=dict(counts), score=float(score))
+
+
+def round_scores(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> np.ndarray:
+    """(R+1,) group score per round (plurality, fractional on ties)."""
+    return np.array([round_vote(a, c).score for a, c in zip(answers, correct)], dtype=float)
+
+
+def agreeing_peers(keys: Sequence[str | None]) -> np.ndarray:
+    """(V,) number of *other* agents sharing each agent's key (0 for no answer)."""
+    counts = Counter(k for k in keys if k is not None)
+    return np.array([counts[k] - 1 if k is not None else 0 for k in keys], dtype=int)
+
+
+def transitions(correct: Sequence[Sequence[bool]]) -> np.ndarray:
+    """(R, 4) counts of agent transitions r -> r+1 in TRANSITIONS order (C->C, C->I, I->C, I->I)."""
+    c = np.asarray(correct, dtype=bool)
+    if c.ndim != 2 or c.shape[0] < 2:
+        return np.zeros((0, 4), dtype=int)
+    a, b = c[:-1], c[1:]
+    return np.stack(
+        [(a & b).sum(1), (a & ~b).sum(1), (~a & b).sum(1), (~a & ~b).sum(1)], axis=1
+    ).astype(int)
+
+
+def flips_by_agreement(
+    answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]
+) -> dict[int, Ratio]:
+    """C->I among correct agents, keyed by how many peers shared the agent's answer at round r."""
+    out: dict[int, Ratio] = {}
+    for r in range(len(answers) - 1):
+        peers = agreeing_peers(answers[r])
+        for i, ok in enumerate(correct[r]):
+            if ok:
+                k = int(peers[i])
+                out[k] = out.get(k, Ratio(0, 0)) + Ratio(int(not correct[r + 1][i]), 1)
+    return out
+
+
+def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> Conformity:
+    """HCR and BCR counts of one debate (see the module docstring for the exact case definitions)."""
+    hcr, bcr = Ratio(0, 0), Ratio(0, 0)
+    for r in range(len(answers) - 1):
+        keys, ok = answers[r], correct[r]
+        vote = round_vote(keys, ok)
+        kc = _key_correct(keys, ok)
+        leaders_right = [kc[k] for k in vote.leaders]
+        plurality_wrong = bool(leaders_right) and not any(leaders_right)
+        plurality_right = bool(leaders_right) and all(leaders_right)
+        for i, k in enumerate(keys):
+            if k is None or vote.counts[k] >= vote.top:
+                continue  # no answer, or not in the minority
+            nxt = bool(correct[r + 1][i])
+            if ok[i] and plurality_wrong:
+                hcr = hcr + Ratio(int(not nxt), 1)
+            elif not ok[i] and plurality_right:
+                bcr = bcr + Ratio(int(nxt), 1)
+    return Conformity(hcr=hcr, bcr=bcr)
+
+
+def drift(scores: Sequence[float]) -> Drift:
+    """FOCUS, drift and recovery of one debate from its per-round group scores."""
+    s = np.asarray(scores, dtype=float)
+    focus = np.diff(s)
+    first: int | None = None
+    pre_drift_best = -math.inf
+    recovered = False
+    n_drifted = 0
+    for r in range(1, len(s)):
+        best = s[:r].max()
+        if s[r] < best:
+            n_drifted += 1
+            if first is None:
+                first, pre_drift_best = r, best
+        elif first is not None and s[r] >= pre_drift_best:
+            recovered = True
+    return Drift(
+        scores=s,
+        focus=focus,
+        drifted=first is not None,
+        first_drift_round=first,
+        recovered=recovered,
+        rounds_drifted=n_drifted,
+    )
+
+
+# ---------------------------------------------------------------- statistics
+def bootstrap_ci(values: Sequence[float], n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> CI:
+    """Mean with a seeded percentile-bootstrap CI over items (questions). Empty input -> NaNs."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return CI(math.nan, math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return CI(float(x.mean()), float(lo), float(hi))
+
+
+def paired_bootstrap_diff(
+    a: Sequence[float], b: Sequence[float], n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> CI:
+    """Mean of a - b over the same questions with a paired bootstrap CI."""
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_.shape != b_.shape:
+        raise ValueError(f"paired_bootstrap_diff: shapes differ {a_.shape} vs {b_.shape}")
+    return bootstrap_ci(a_ - b_, n_boot=n_boot, level=level, seed=seed)
+
+
+# ---------------------------------------------------------------- per-method summary
+@dataclass
+class MethodSummary:
+    n: int
+    accuracy: CI
+    prompt_tokens: float
+    completion_tokens: float
+    total_tokens: CI
+    n_rounds: int  # most rounds of any debate
+    round_accuracy: list[float]  # mean group score per round (debates that reached the round)
+    round_n: list[int]  # debates that reached each round
+    transitions: np.ndarray  # (R, 4) summed counts
+    flips_by_agreement: dict[int, Ratio]
+    hcr: Ratio
+    bcr: Ratio
+    focus: list[float]  # mean FOCUS_r, r = 1..R
+    drifted: Ratio  # drifted debates / debates with >= 2 rounds
+    recovered: Ratio  # recovered / drifted
+    mean_rounds_drifted: float  # over debates with >= 2 rounds
+    improved: int  # debates with s_R > s_0
+    degraded: int  # s_R < s_0
+    failed: int
+    final_ties: int
+    round_ties: int  # tied per-round pluralities over all rounds
+    no_answer: Ratio  # agent answers without a parsable answer / all agent answers
+    graders: dict[str, int] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        """Flat dict for summary.csv (rates as floats, with their numerators and denominators)."""
+        row: dict[str, Any] = {
+            "n": self.n,
+            "accuracy": self.accuracy.mean,
+            "acc_ci_low": self.accuracy.low,
+            "acc_ci_high": self.accuracy.high,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens.mean,
+            "tokens_ci_low": self.total_tokens.low,
+            "tokens_ci_high": self.total_tokens.high,
+        }
+        for r, (acc, n) in enumerate(zip(self.round_accuracy, self.round_n)):
+            row[f"acc_round{r}"] = acc
+        for r, counts in enumerate(self.transitions):
+            for name, c in zip(TRANSITIONS, counts):
+                row[f"r{r}->{r + 1} {name}"] = int(c)
+        for k in sorted(self.flips_by_agreement):
+            ratio = self.flips_by_agreement[k]
+            row[f"C->I rate peers={k}"] = ratio.rate
+            row[f"C->I peers={k} num"] = ratio.num
+            row[f"C->I peers={k} den"] = ratio.den
+        for name, ratio in (("hcr", self.hcr), ("bcr", self.bcr)):
+            row[name], row[f"{name}_num"], row[f"{name}_den"] = ratio.rate, ratio.num, ratio.den
+        for r, f in enumerate(self.focus, start=1):
+            row[f"focus_r{r}"] = f
+        row.update(
+            drifted_pct=100 * self.drifted.rate,
+            drifted_num=self.drifted.num,
+            drifted_den=self.drifted.den,
+            recovered_pct=100 * self.recovered.rate,
+            recovered_num=self.recovered.num,
+            mean_rounds_drifted=self.mean_rounds_drifted,
+            improved=self.improved,
+            degraded=self.degraded,
+            failed=self.failed,
+            final_ties=self.final_ties,
+            round_ties=self.round_ties,
+            no_answer_rate=self.no_answer.rate,
+            no_answer_num=self.no_answer.num,
+        )
+        for g in sorted(self.graders):
+            row[f"grader {g}"] = self.graders[g]
+        return row
+
+
+def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000) -> MethodSummary:
+    """All §8 metrics of one method on one benchmark."""
+    if not records:
+        raise ValueError("summarize: no debate records")
+    n_rounds = max(rec.n_rounds for rec in records)
+    score_sum, score_n = np.zeros(n_rounds), np.zeros(n_rounds, dtype=int)
+    trans = np.zeros((max(n_rounds - 1, 0), 4), dtype=int)
+    focus_sum, focus_n = np.zeros(max(n_rounds - 1, 0)), np.zeros(max(n_rounds - 1, 0), dtype=int)
+    flips: dict[int, Ratio] = {}
+    hcr, bcr = Ratio(0, 0), Ratio(0, 0)
+    drifted = recovered = multi = rounds_drifted = improved = degraded = round_ties = 0
+    no_answer = Ratio(0, 0)
+    graders: Counter[str] = Counter()
+    for rec in records:
+        s = round_scores(rec.answers, rec.correct)
+        score_sum[: len(s)] += s
+        score_n[: len(s)] += 1
+        round_ties += sum(int(round_vote(a, c).tie) for a, c in zip(rec.answers, rec.correct))
+        no_answer = no_answer + Ratio(sum(k is None for a in rec.answers for k in a), sum(map(len, rec.answers)))
+        graders[rec.final_grader] += 1
+        if rec.n_rounds < 2:
+            continue
+        t = transitions(rec.correct)
+        trans[: len(t)] += t
+        for k, ratio in flips_by_agreement(rec.answers, rec.correct).items():
+            flips[k] = flips.get(k, Ratio(0, 0)) + ratio
+        conf = conformity(rec.answers, rec.correct)
+        hcr, bcr = hcr + conf.hcr, bcr + conf.bcr
+        d = drift(s)
+        focus_sum[: len(d.focus)] += d.focus
+        focus_n[: len(d.focus)] += 1
+        multi += 1
+        drifted += int(d.drifted)
+        recovered += int(d.recovered)
+        rounds_drifted += d.rounds_drifted
+        improved += int(s[-1] > s[0])
+        degraded += int(s[-1] < s[0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        round_acc = np.where(score_n > 0, score_sum / np.maximum(score_n, 1), np.nan)
+        focus = np.where(focus_n > 0, focus_sum / np.maximum(focus_n, 1), np.nan)
+    return MethodSummary(
+        n=len(records),
+        accuracy=bootstrap_ci([float(r.final_correct) for r in records], n_boot=n_boot, seed=seed),
+        prompt_tokens=float(np.mean([r.prompt_tokens for r in records])),
+        completion_tokens=float(np.mean([r.completion_tokens for r in records])),
+        total_tokens=bootstrap_ci([r.total_tokens for r in records], n_boot=n_boot, seed=seed),
+        n_rounds=n_rounds,
+        round_accuracy=[float(x) for x in round_acc],
+        round_n=[int(x) for x in score_n],
+        transitions=trans,
+        flips_by_agreement=dict(sorted(flips.items())),
+        hcr=hcr,
+        bcr=bcr,
+        focus=[float(x) for x in focus],
+        drifted=Ratio(drifted, multi),
+        recovered=Ratio(recovered, drifted),
+        mean_rounds_drifted=rounds_drifted / multi if multi else math.nan,
+        improved=improved,
+        degraded=degraded,
+        failed=sum(r.failed for r in records),
+        final_ties=sum(r.tie for r in records),
+        round_ties=round_ties,
+        no_answer=no_answer,
+        graders=dict(graders),
+    )
+
+
+def wilson_ci(ratio: Ratio, level: float = 0.95) -> CI:
+    """Wilson score interval of a proportion (well-behaved for small n and rates near 0 or 1)."""
+    if ratio.den == 0:
+        return CI(math.nan, math.nan, math.nan)
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    n, p = ratio.den, ratio.num / ratio.den
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return CI(p, max(0.0, centre - half), min(1.0, centre + half))

@@ -1,0 +1,459 @@
+"""The two DEAR actors and the shared critic (DESIGN §4-§6).
+
+Floor 2: imports torch and `dear.belief` only. The same code builds the behavior observation for the
+environment, the evaluation and the exported policy (`behavior_observation`).
+
+Conventions (also used by the environment and the export manifest):
+
+- Ordered pairs: ``PAIR_ORDER(V) = [(i, j) for i in range(V) for j in range(V) if j != i]``.
+  ``pairs[..., k] = 1`` for ``PAIR_ORDER(V)[k] = (i, j)`` means "agent i reads agent j's previous answer";
+  ``mask[..., i, j]`` is the same bit in a (V, V) boolean matrix with a False diagonal.
+- Selection observation (V(2V+1)): per agent i, ``[b_i (V), u_i, one_hot(i) (V)]`` concatenated in agent
+  order (`selection_observation`).
+- Behavior observation (per agent, 2V+2): ``[Ê_i (V), û_i, conflict_i, one_hot(i) (V)]`` where
+  ``Ê_i = b̂_i · V / û_i`` is the fused evidence of agent i's opinion combined with the peers it reads
+  (`behavior_observation`).
+- Behavior action: raw pre-sigmoid ``z (V, 2)`` = (temperature, top-p) per agent; flattened agent-major to
+  ``2V`` values ``[z_0T, z_0P, z_1T, z_1P, ...]`` in the environment's action. `to_sampling` maps it.
+- One joint action per RL agent, so ONE probability ratio each: the selection log-prob is the SUM of the
+  V(V-1) Bernoulli log-probs, the behavior log-prob is the SUM over the 2 dims and over all V agents.
+  (Taking the product of per-dimension ratios, as HARL does for MultiDiscrete, raises the ratio to the
+  k-th power; we never form per-dimension ratios.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Bernoulli, Independent, Normal
+
+from dear.belief import Opinion, fuse
+
+SelectionMode = Literal["learned", "full", "random"]
+BehaviorMode = Literal["learned", "fixed"]
+FusionRule = Literal["dst", "mean"]
+
+RAW_BOUND = 10.0  # finite bound of the environment's raw behavior Box; sigmoid(±10) is within 5e-5 of 0/1
+DEFAULT_TEMP_RANGE = (0.1, 1.2)
+DEFAULT_TOP_P_RANGE = (0.5, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Layout helpers
+# ---------------------------------------------------------------------------------------------------
+def pair_order(n_agents: int) -> list[tuple[int, int]]:
+    """The fixed ordered-pair order: ``for i in range(V) for j in range(V) if j != i``."""
+    if n_agents < 2:
+        raise ValueError(f"n_agents must be >= 2, got {n_agents}")
+    return [(i, j) for i in range(n_agents) for j in range(n_agents) if j != i]
+
+
+def n_pairs(n_agents: int) -> int:
+    return n_agents * (n_agents - 1)
+
+
+def selection_obs_dim(n_agents: int) -> int:
+    return n_agents * (2 * n_agents + 1)
+
+
+def behavior_obs_dim(n_agents: int) -> int:
+    return 2 * n_agents + 2
+
+
+def _pair_index(n_agents: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, cols = zip(*pair_order(n_agents))
+    return torch.tensor(rows, device=device), torch.tensor(cols, device=device)
+
+
+def pairs_to_mask(pairs: torch.Tensor, n_agents: int) -> torch.Tensor:
+    """(..., V(V-1)) 0/1 pair vector -> (..., V, V) bool mask with a False diagonal."""
+    if pairs.shape[-1] != n_pairs(n_agents):
+        raise ValueError(f"pairs: last dim must be V(V-1) = {n_pairs(n_agents)}, got {tuple(pairs.shape)}")
+    rows, cols = _pair_index(n_agents, pairs.device)
+    mask = torch.zeros(*pairs.shape[:-1], n_agents, n_agents, dtype=torch.bool, device=pairs.device)
+    mask[..., rows, cols] = pairs > 0.5
+    return mask
+
+
+def mask_to_pairs(mask: torch.Tensor) -> torch.Tensor:
+    """(..., V, V) mask -> (..., V(V-1)) float 0/1 pair vector (diagonal dropped)."""
+    n_agents = mask.shape[-1]
+    if mask.shape[-2] != n_agents:
+        raise ValueError(f"mask: last two dims must be (V, V), got {tuple(mask.shape)}")
+    rows, cols = _pair_index(n_agents, mask.device)
+    return mask[..., rows, cols].to(torch.float32)
+
+
+def selection_observation(b: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Selection observation (B, V(2V+1)) from beliefs b (B, V, V) and uncertainties u (B, V)."""
+    batch, n_agents = u.shape
+    eye = torch.eye(n_agents, dtype=b.dtype, device=b.device).expand(batch, n_agents, n_agents)
+    per_agent = torch.cat([b, u.unsqueeze(-1), eye], dim=-1)  # (B, V, 2V+1)
+    return per_agent.reshape(batch, -1)
+
+
+def behavior_observation(
+    b: torch.Tensor, u: torch.Tensor, mask: torch.Tensor, rule: FusionRule = "dst"
+) -> torch.Tensor:
+    """Behavior observation (B, V, 2V+2): fuse each agent's opinion with the peers it reads.
+
+    Uses `dear.belief.fuse`, so env, eval and the exported policy compute the same features:
+    ``[Ê_i (V), û_i, conflict_i, one_hot(i) (V)]`` with ``Ê_i = b̂_i · V / û_i`` (Fused.evidence).
+    """
+    fused = fuse(Opinion(b=b, u=u), mask.to(torch.bool), rule=rule)
+    batch, n_agents = u.shape
+    eye = torch.eye(n_agents, dtype=b.dtype, device=b.device).expand(batch, n_agents, n_agents)
+    evidence = fused.evidence.to(b.dtype)
+    # Ê can be large when û is tiny; it stays finite (fuse guarantees û > 0), log-scaling is the net's job.
+    return torch.cat(
+        [evidence, fused.u.unsqueeze(-1).to(b.dtype), fused.conflict.unsqueeze(-1).to(b.dtype), eye], -1
+    )
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-agent sampling parameters mapped from raw behavior values (same array type as the input)."""
+
+    temperature: torch.Tensor | np.ndarray
+    top_p: torch.Tensor | np.ndarray
+
+
+def to_sampling(
+    raw: torch.Tensor | np.ndarray,
+    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+    top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
+) -> Sampling:
+    """DESIGN §5: ``T = T_min + (T_max - T_min) σ(z_T)``, ``top_p = P_min + (P_max - P_min) σ(z_P)``.
+
+    ``raw[..., 0]`` is z_T and ``raw[..., 1]`` is z_P. Works on torch tensors and numpy arrays. The only
+    place in the project where this mapping is written down.
+    """
+    (t_lo, t_hi), (p_lo, p_hi) = temp_range, top_p_range
+    if isinstance(raw, torch.Tensor):
+        sig = torch.sigmoid(raw)
+    else:
+        raw = np.asarray(raw, dtype=np.float64)
+        sig = 0.5 * (1.0 + np.tanh(0.5 * raw))  # overflow-free logistic
+    return Sampling(temperature=t_lo + (t_hi - t_lo) * sig[..., 0], top_p=p_lo + (p_hi - p_lo) * sig[..., 1])
+
+
+def from_sampling(
+    temperature: float,
+    top_p: float,
+    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+    top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
+) -> tuple[float, float]:
+    """Inverse of `to_sampling` for one (T, top-p), clipped to ±RAW_BOUND (so range ends are reachable)."""
+
+    def logit(x: float, lo: float, hi: float, name: str) -> float:
+        if not lo <= x <= hi:
+            raise ValueError(f"{name}={x} outside its range [{lo}, {hi}]")
+        q = (x - lo) / (hi - lo)
+        q = min(max(q, 1e-12), 1 - 1e-12)
+        return float(np.clip(math.log(q / (1 - q)), -RAW_BOUND, RAW_BOUND))
+
+    return logit(temperature, *temp_range, "temperature"), logit(top_p, *top_p_range, "top_p")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Networks
+# ---------------------------------------------------------------------------------------------------
+def _layer(inp: int, out: int, std: float = math.sqrt(2)) -> nn.Linear:
+    layer = nn.Linear(inp, out)
+    nn.init.orthogonal_(layer.weight, std)  # CleanRL/PPO initialisation
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(inp: int, hidden: int, out: int, out_std: float) -> nn.Sequential:
+    return nn.Sequential(
+        _layer(inp, hidden), nn.Tanh(), _layer(hidden, hidden), nn.Tanh(), _layer(hidden, out, std=out_std)
+    )
+
+
+class SelectionPolicy(nn.Module):
+    """Selection actor ("who reads whom"): MLP on the selection observation -> V(V-1) Bernoulli logits.
+
+    The small output init makes every p_{i<-j} start near 0.5.
+    """
+
+    def __init__(self, n_agents: int, hidden: int = 64):
+        super().__init__()
+        self.n_agents = n_agents
+        self.obs_dim = selection_obs_dim(n_agents)
+        self.n_pairs = n_pairs(n_agents)
+        self.net = _mlp(self.obs_dim, hidden, self.n_pairs, out_std=0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits (B, V(V-1)) in `pair_order`."""
+        if obs.shape[-1] != self.obs_dim:
+            raise ValueError(f"selection obs: expected last dim {self.obs_dim}, got {tuple(obs.shape)}")
+        return self.net(obs)
+
+    def distribution(self, obs: torch.Tensor) -> Independent:
+        """Joint distribution over the pair vector; ``log_prob``/``entropy`` are summed over pairs -> (B,)."""
+        return Independent(Bernoulli(logits=self(obs)), 1)
+
+
+class BehaviorPolicy(nn.Module):
+    """Behavior actor ("how each agent samples"): ONE network shared by all V LLM agents.
+
+    Input per agent: the behavior observation (2V+2). Output: mean of a diagonal Gaussian over the 2 raw
+    (pre-sigmoid) values; the log-std is a state-independent learnable parameter (shared by agents).
+    """
+
+    def __init__(self, n_agents: int, hidden: int = 64, log_std_init: float = -0.5):
+        super().__init__()
+        self.n_agents = n_agents
+        self.obs_dim = behavior_obs_dim(n_agents)
+        self.net = _mlp(self.obs_dim, hidden, 2, out_std=0.01)
+        self.log_std = nn.Parameter(torch.full((2,), float(log_std_init)))
+
+    def set_mean_bias(self, raw_temperature: float, raw_top_p: float) -> None:
+        """Start the mean at given raw values (e.g. the MAD default T=0.7, top-p=0.9)."""
+        with torch.no_grad():
+            self.net[-1].bias.copy_(torch.tensor([raw_temperature, raw_top_p]))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Mean (B, V, 2) of the raw behavior values."""
+        if obs.shape[-1] != self.obs_dim:
+            raise ValueError(f"behavior obs: expected last dim {self.obs_dim}, got {tuple(obs.shape)}")
+        return self.net(obs)
+
+    def distribution(self, obs: torch.Tensor) -> Independent:
+        """Joint Gaussian over (V, 2); ``log_prob``/``entropy`` are summed over agents and dims -> (B,)."""
+        mean = self(obs)
+        std = self.log_std.exp().expand_as(mean)
+        return Independent(Normal(mean, std), 2)
+
+
+class Critic(nn.Module):
+    """Centralised critic V_ψ(s) shared by both actors."""
+
+    def __init__(self, state_dim: int, hidden: int = 128):
+        super().__init__()
+        self.state_dim = state_dim
+        self.net = _mlp(state_dim, hidden, 1, out_std=1.0)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        """Values (B,)."""
+        if state.shape[-1] != self.state_dim:
+            raise ValueError(f"critic state: expected last dim {self.state_dim}, got {tuple(state.shape)}")
+        return self.net(state).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Joint actor with baseline slots
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class PolicyConfig:
+    """Everything needed to rebuild a `JointPolicy` (stored in checkpoints / the export manifest)."""
+
+    n_agents: int = 3
+    selection_mode: SelectionMode = "learned"  # "full" = no-selection ablation / MAD; "random" = p=0.5
+    behavior_mode: BehaviorMode = "learned"  # "fixed" = no-behavior ablation / MAD
+    fusion: FusionRule = "dst"  # "mean" = the "Mean" ablation
+    selection_hidden: int = 64
+    behavior_hidden: int = 64
+    log_std_init: float = -0.5
+    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE
+    top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE
+    fixed_temperature: float = 0.7  # used by behavior_mode="fixed" and as the learned mean's initial value
+    fixed_top_p: float = 0.9
+    random_p: float = 0.5  # pair probability of selection_mode="random"
+    seed: int = 0  # seeds the "random" selection mode's generator
+
+    def __post_init__(self):
+        if self.selection_mode not in ("learned", "full", "random"):
+            raise ValueError(f"selection_mode must be learned|full|random, got {self.selection_mode!r}")
+        if self.behavior_mode not in ("learned", "fixed"):
+            raise ValueError(f"behavior_mode must be learned|fixed, got {self.behavior_mode!r}")
+        if self.fusion not in ("dst", "mean"):
+            raise ValueError(f"fusion must be dst|mean, got {self.fusion!r}")
+        if self.n_agents < 2:
+            raise ValueError(f"n_agents must be >= 2, got {self.n_agents}")
+        self.temp_range = tuple(float(x) for x in self.temp_range)
+        self.top_p_range = tuple(float(x) for x in self.top_p_range)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PolicyConfig:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"PolicyConfig: unknown keys {sorted(unknown)}")
+        return cls(**data)
+
+
+@dataclass
+class ActOutput:
+    """One joint action for a batch of B debates (all tensors on the policy's device, detached)."""
+
+    mask: torch.Tensor  # (B, V, V) bool, mask[b, i, j] = agent i reads agent j
+    pairs: torch.Tensor  # (B, V(V-1)) float 0/1 in pair_order
+    raw_behavior: torch.Tensor  # (B, V, 2) raw pre-sigmoid sample (log-prob is taken on THIS, unclipped)
+    behavior_obs: torch.Tensor  # (B, V, 2V+2) input of the behavior net (store it for PPO)
+    temperature: torch.Tensor  # (B, V) mapped from the CLIPPED raw sample (what the env will use)
+    top_p: torch.Tensor  # (B, V)
+    logp_selection: torch.Tensor  # (B,) summed over pairs; 0 for "full", V(V-1)·log p terms for "random"
+    logp_behavior: torch.Tensor  # (B,) summed over agents and the 2 dims; 0 for "fixed"
+    entropy_selection: torch.Tensor  # (B,)
+    entropy_behavior: torch.Tensor  # (B,)
+
+    def env_action(self) -> dict[str, np.ndarray]:
+        """Batched env action: {"mask": (B, V(V-1)) int8, "behavior": (B, 2V) float32 within ±RAW_BOUND}."""
+        raw = self.raw_behavior.clamp(-RAW_BOUND, RAW_BOUND)
+        return {
+            "mask": self.pairs.to(torch.int8).cpu().numpy(),
+            "behavior": raw.reshape(raw.shape[0], -1).to(torch.float32).cpu().numpy(),
+        }
+
+
+@dataclass
+class EvalOutput:
+    """Log-probs and entropies of stored actions under the current parameters (with gradients)."""
+
+    logp_selection: torch.Tensor  # (B,)
+    logp_behavior: torch.Tensor  # (B,)
+    entropy_selection: torch.Tensor  # (B,)
+    entropy_behavior: torch.Tensor  # (B,)
+
+
+class JointPolicy(nn.Module):
+    """Selection -> fusion -> behavior, with fixed baselines in the same slots.
+
+    ``selection_trainable`` / ``behavior_trainable`` tell the trainer which actors to update.
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, **kwargs):
+        super().__init__()
+        if config is None:
+            config = PolicyConfig(**kwargs)
+        elif kwargs:
+            raise ValueError("JointPolicy: pass either a PolicyConfig or keyword arguments, not both")
+        self.config = config
+        self.n_agents = config.n_agents
+        self.selection = SelectionPolicy(config.n_agents, config.selection_hidden)
+        self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init)
+        self._fixed_raw = from_sampling(
+            config.fixed_temperature, config.fixed_top_p, config.temp_range, config.top_p_range
+        )
+        self.behavior.set_mean_bias(*self._fixed_raw)
+        self._generator = torch.Generator().manual_seed(config.seed)
+
+    @property
+    def selection_trainable(self) -> bool:
+        return self.config.selection_mode == "learned"
+
+    @property
+    def behavior_trainable(self) -> bool:
+        return self.config.behavior_mode == "learned"
+
+    def reseed(self, seed: int) -> None:
+        """Reset the generator of the "random" selection mode."""
+        self._generator.manual_seed(seed)
+
+    # -- selection ---------------------------------------------------------------------------------
+    def _select(self, selection_obs: torch.Tensor, deterministic: bool):
+        batch = selection_obs.shape[0]
+        k = n_pairs(self.n_agents)
+        zeros = selection_obs.new_zeros(batch)
+        mode = self.config.selection_mode
+        if mode == "full":
+            return selection_obs.new_ones(batch, k), zeros, zeros
+        if mode == "random":
+            p = self.config.random_p
+            draws = torch.rand(batch, k, generator=self._generator).to(selection_obs.device)
+            pairs = (draws < p).to(selection_obs.dtype)
+            dist = Independent(Bernoulli(probs=selection_obs.new_full((batch, k), p)), 1)
+            return pairs, dist.log_prob(pairs), dist.entropy()
+        dist = self.selection.distribution(selection_obs)
+        pairs = (dist.base_dist.logits > 0).to(selection_obs.dtype) if deterministic else dist.sample()
+        return pairs, dist.log_prob(pairs), dist.entropy()
+
+    def evaluate_selection(self, selection_obs: torch.Tensor, pairs: torch.Tensor):
+        """(logp (B,), entropy (B,)) of stored pair vectors; zeros for non-learned modes."""
+        if self.config.selection_mode != "learned":
+            zeros = selection_obs.new_zeros(selection_obs.shape[0])
+            return zeros, zeros
+        dist = self.selection.distribution(selection_obs)
+        return dist.log_prob(pairs.to(selection_obs.dtype)), dist.entropy()
+
+    # -- behavior ----------------------------------------------------------------------------------
+    def _behave(self, behavior_obs: torch.Tensor, deterministic: bool):
+        batch, n_agents, _ = behavior_obs.shape
+        zeros = behavior_obs.new_zeros(batch)
+        if self.config.behavior_mode == "fixed":
+            raw = behavior_obs.new_tensor(self._fixed_raw).expand(batch, n_agents, 2).clone()
+            return raw, zeros, zeros
+        dist = self.behavior.distribution(behavior_obs)
+        raw = dist.mean if deterministic else dist.sample()
+        return raw, dist.log_prob(raw), dist.entropy()
+
+    def evaluate_behavior(self, behavior_obs: torch.Tensor, raw_behavior: torch.Tensor):
+        """(logp (B,), entropy (B,)) of stored raw samples (B, V, 2); zeros for behavior_mode="fixed"."""
+        if self.config.behavior_mode != "learned":
+            zeros = behavior_obs.new_zeros(behavior_obs.shape[0])
+            return zeros, zeros
+        dist = self.behavior.distribution(behavior_obs)
+        return dist.log_prob(raw_behavior.to(behavior_obs.dtype)), dist.entropy()
+
+    # -- joint -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(
+        self, selection_obs: torch.Tensor, b: torch.Tensor, u: torch.Tensor, deterministic: bool = False
+    ) -> ActOutput:
+        """Sample (or take the mode of) both actors' actions for a batch of debates.
+
+        ``selection_obs`` (B, V(2V+1)), ``b`` (B, V, V), ``u`` (B, V) come from the regulator's
+        `BeliefObservation` (or the env observation). Deterministic: pairs = 1[p > 0.5], raw = mean.
+        """
+        selection_obs, b, u = (torch.as_tensor(x, dtype=torch.float32) for x in (selection_obs, b, u))
+        pairs, logp_s, ent_s = self._select(selection_obs, deterministic)
+        mask = pairs_to_mask(pairs, self.n_agents)
+        behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)
+        raw, logp_b, ent_b = self._behave(behavior_obs, deterministic)
+        sampling = to_sampling(
+            raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temp_range, self.config.top_p_range
+        )
+        return ActOutput(
+            mask=mask,
+            pairs=pairs,
+            raw_behavior=raw,
+            behavior_obs=behavior_obs,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            logp_selection=logp_s,
+            logp_behavior=logp_b,
+            entropy_selection=ent_s,
+            entropy_behavior=ent_b,
+        )
+
+    def evaluate_actions(
+        self,
+        selection_obs: torch.Tensor,
+        pairs: torch.Tensor,
+        raw_behavior: torch.Tensor,
+        behavior_obs: torch.Tensor | None = None,
+        b: torch.Tensor | None = None,
+        u: torch.Tensor | None = None,
+    ) -> EvalOutput:
+        """Log-probs/entropies of stored actions for PPO ratios (with gradients).
+
+        Pass the stored ``behavior_obs`` (preferred) or ``b``/``u`` to recompute it from the stored mask.
+        """
+        if behavior_obs is None:
+            if b is None or u is None:
+                raise ValueError("evaluate_actions: pass behavior_obs or both b and u")
+            behavior_obs = behavior_observation(b, u, pairs_to_mask(pairs, self.n_agents), self.config.fusion)
+        logp_s, ent_s = self.evaluate_selection(selection_obs, pairs)
+        logp_b, ent_b = self.evaluate_behavior(behavior_obs, raw_behavior)
+        return EvalOutput(
+            logp_selection=logp_s, logp_behavior=logp_b, entropy_selection=ent_s, entropy_behavior=ent_b
+        )

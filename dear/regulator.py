@@ -1,0 +1,182 @@
+"""The DEAR regulator: a finished round -> the next round's RoundControl for each debate (floor 3).
+
+    texts --encoder--> h_i, c_i --pairwise_evidence--> e_ij --opinions--> (b, u)
+          --SelectionPolicy--> mask --fuse--> behavior obs --BehaviorPolicy--> (T_i, top-p_i)
+
+The environment, the evaluation and the inference API all go through `observe` and `RegulatedProtocol`,
+so a trained policy sees exactly the features it was trained on.
+
+Centralised-critic state (`state_dim(V) = V*V + 2V + 4`, every entry in [0, 1], no gold information):
+
+    [ b.flatten() (V*V) | u (V) | round / n_rounds | plurality share | distinct answers / V |
+      no-answer share | agrees-with-plurality per agent (V) ]
+
+"plurality share" = agents holding the most common parsed answer / V (0 when nobody parsed an answer).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from dear.belief import opinions
+from dear.debate.engine import Debate, DebateConfig, RoundControl
+from dear.evidence import Encoder, pairwise_evidence
+from dear.policy import JointPolicy, selection_observation
+
+_EMPTY_TEXT = "(empty)"  # stands in for a blank section so the encoder always gets text
+
+
+def state_dim(n_agents: int) -> int:
+    """Length of the centralised-critic state vector for V agents."""
+    return n_agents * n_agents + 2 * n_agents + 4
+
+
+@dataclass
+class BeliefObservation:
+    """Beliefs and observations of B debates after their last completed round (float32 torch tensors)."""
+
+    evidence: torch.Tensor  # (B, V, V) e_ij (diagonal 1)
+    b: torch.Tensor  # (B, V, V) belief masses, b_ii = 0
+    u: torch.Tensor  # (B, V) uncertainties
+    selection_obs: torch.Tensor  # (B, V(2V+1))
+    state: torch.Tensor  # (B, state_dim(V))
+    round: list[int]  # last completed round per debate
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.b.shape[0])
+
+
+def _answer_features(keys: Sequence[str | None]) -> tuple[float, float, float, list[float]]:
+    """(plurality share, distinct share, no-answer share, agrees-with-plurality per agent) of answer keys."""
+    n = len(keys)
+    counts = Counter(k for k in keys if k is not None)
+    if counts:
+        top = max(counts.values())
+        plural = {k for k, c in counts.items() if c == top}  # ties: every tied answer counts as plurality
+        agrees = [1.0 if k in plural else 0.0 for k in keys]
+    else:
+        top, agrees = 0, [0.0] * n
+    return top / n, len(counts) / n, sum(k is None for k in keys) / n, agrees
+
+
+def observe(debates: Sequence[Debate], encoder: Encoder) -> BeliefObservation:
+    """Encode every agent's reasoning and conclusion of each debate's last round (ONE encode call) and
+    turn them into beliefs, the selection observation and the critic state."""
+    if not debates:
+        raise ValueError("observe: no debates given")
+    n_agents = debates[0].n_agents
+    texts: list[str] = []
+    for d in debates:
+        turns = d.last_turns
+        if len(turns) != n_agents:
+            raise ValueError(
+                f"observe: debate {d.debate_id} has {len(turns)} turns in its last round, "
+                f"expected {n_agents} (has round 0 run?)"
+            )
+        texts += [t.reasoning if t.reasoning.strip() else _EMPTY_TEXT for t in turns]
+        texts += [t.conclusion if t.conclusion.strip() else _EMPTY_TEXT for t in turns]
+    emb = torch.from_numpy(np.asarray(encoder.encode(texts), dtype=np.float32))
+    emb = emb.reshape(len(debates), 2, n_agents, -1)
+    e = pairwise_evidence(emb[:, 0], emb[:, 1])
+    op = opinions(e)
+    b, u = op.b.float(), op.u.float()
+
+    extra = []
+    for d in debates:
+        plural, distinct, missing, agrees = _answer_features(d.answer_keys)
+        round_frac = d.round / d.n_rounds if d.n_rounds > 0 else 1.0
+        extra.append([min(max(round_frac, 0.0), 1.0), plural, distinct, missing, *agrees])
+    state = torch.cat([b.reshape(len(debates), -1), u, torch.tensor(extra, dtype=torch.float32)], dim=-1)
+    return BeliefObservation(
+        evidence=e.float(),
+        b=b,
+        u=u,
+        selection_obs=selection_observation(b, u),
+        state=state,
+        round=[d.round for d in debates],
+    )
+
+
+def make_controls(
+    mask: np.ndarray | torch.Tensor, temperature: np.ndarray | torch.Tensor, top_p: np.ndarray | torch.Tensor
+) -> list[RoundControl]:
+    """Batched (B, V, V) mask and (B, V) sampling -> one RoundControl per debate."""
+    mask, temperature, top_p = (
+        x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        for x in (mask, temperature, top_p)
+    )
+    return [
+        RoundControl(
+            mask=mask[k].astype(bool),
+            temperature=temperature[k].astype(np.float64),
+            top_p=top_p[k].astype(np.float64),
+        )
+        for k in range(mask.shape[0])
+    ]
+
+
+@dataclass
+class RegulatorRecord:
+    """What the regulator saw and chose before one exchange round of one debate (for traces)."""
+
+    debate_id: str
+    round: int  # the round these controls drive
+    b: list[list[float]]
+    u: list[float]
+    mask: list[list[bool]]
+    temperature: list[float]
+    top_p: list[float]
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RegulatedProtocol:
+    """A DEAR-regulated debate protocol for `DebateEngine.run` (anything with `n_rounds` + `controls`).
+
+    ``controls(debates)`` observes the debates' last round, runs the joint policy (deterministic by default:
+    pairs with p > 0.5, behavior mean) and returns one RoundControl per debate. Each decision is appended to
+    ``records[debate_id]`` so evaluation can write beliefs/masks/sampling next to the trace.
+    """
+
+    policy: JointPolicy
+    encoder: Encoder
+    config: DebateConfig = field(default_factory=DebateConfig)
+    deterministic: bool = True
+    name: str = "dear"
+    records: dict[str, list[RegulatorRecord]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.policy.n_agents != self.config.n_agents:
+            raise ValueError(
+                f"RegulatedProtocol: policy has n_agents={self.policy.n_agents}, "
+                f"DebateConfig.n_agents={self.config.n_agents}"
+            )
+
+    @property
+    def n_rounds(self) -> int:
+        return self.config.n_rounds
+
+    def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
+        obs = observe(debates, self.encoder)
+        act = self.policy.act(obs.selection_obs, obs.b, obs.u, deterministic=self.deterministic)
+        for k, d in enumerate(debates):
+            self.records.setdefault(d.debate_id, []).append(
+                RegulatorRecord(
+                    debate_id=d.debate_id,
+                    round=d.round + 1,
+                    b=obs.b[k].tolist(),
+                    u=obs.u[k].tolist(),
+                    mask=act.mask[k].tolist(),
+                    temperature=act.temperature[k].tolist(),
+                    top_p=act.top_p[k].tolist(),
+                )
+            )
+        return make_controls(act.mask, act.temperature, act.top_p)

@@ -1,0 +1,32 @@
+"""Benchmark data, answer-format instructions, answer extraction and graders (see docs/ARCHITECTURE.md).
+
+>>> from dear.tasks import load, extract_answer, grade
+>>> qs = load("gsm8k", n=50, seed=0)
+>>> grade(extract_answer("... so she makes \\boxed{18} dollars.", "numeric"), load("gsm8k")[0])
+GradeResult(correct=True, grader='numeric', pred='18')
+"""
+
+from dear.tasks.extract import KINDS, extract_answer, normalize_answer
+from dear.tasks.grade import grade
+from dear.tasks.loaders import TASKS, TaskSpec, get_task, load, load_jsonl, subset, task_names
+from dear.tasks.prompts import format_instruction, render_question
+from dear.tasks.types import AnswerKind, GradeResult, Question
+
+__all__ = [
+    "KINDS",
+    "TASKS",
+    "AnswerKind",
+    "GradeResult",
+    "Question",
+    "TaskSpec",
+    "extract_answer",
+    "format_instruction",
+    "get_task",
+    "grade",
+    "load",
+    "load_jsonl",
+    "normalize_answer",
+    "render_question",
+    "subset",
+    "task_names",
+]

@@ -1,0 +1,26 @@
+"""Gymnasium environments of DEAR: the debate POMDP (`dear/Debate-v0`) and its batched vector env.
+
+import envs, gymnasium
+env = gymnasium.make("dear/Debate-v0", llm="sim", task="synthetic", n_agents=3, n_rounds=2)
+venv = gymnasium.make_vec("dear/Debate-v0", num_envs=64, vectorization_mode="vector_entry_point", llm="sim")
+"""
+
+import gymnasium
+
+ENV_ID = "dear/Debate-v0"
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(
+        id=ENV_ID,
+        entry_point="envs.debate_env:DebateEnv",
+        vector_entry_point="envs.vector_env:DebateVectorEnv",
+        # The debate itself ends after n_rounds steps; no TimeLimit wrapper needed.
+        max_episode_steps=None,
+        # Every step calls an LLM; the passive checker's extra reset/step probes are not free.
+        disable_env_checker=False,
+    )
+
+from envs.debate_env import DebateCore, DebateEnv, EnvConfig, ParsedAction  # noqa: E402
+from envs.vector_env import DebateVectorEnv  # noqa: E402
+
+__all__ = ["ENV_ID", "DebateCore", "DebateEnv", "DebateVectorEnv", "EnvConfig", "ParsedAction"]

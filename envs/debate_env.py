@@ -1,0 +1,407 @@
+"""The DEAR debate POMDP as a Gymnasium environment (DESIGN §6): `dear/Debate-v0`.
+
+One episode = one debate of `n_rounds` exchange rounds on a question drawn (seeded) from a task split.
+`reset` runs round 0 (independent answers); each `step` runs ONE exchange round under the action.
+
+Observation (Dict, float32, all entries in [0, 1]):
+    "selection"   (V(2V+1),)  per agent [b_i, u_i, one_hot(i)]           (dear.policy.selection_observation)
+    "belief"      (V, V)      belief masses b_ij (b_ii = 0)
+    "uncertainty" (V,)        u_i
+    "state"       (state_dim,) centralised-critic state                    (dear.regulator.state_dim)
+Action (Dict):
+    "mask"        MultiBinary(V(V-1)) ordered pairs in dear.policy.pair_order: 1 = agent i reads agent j
+    "behavior"    Box([-10, 10], (2V,)) raw pre-sigmoid (z_T, z_P) per agent, agent-major
+                  [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temp_range/top_p_range.
+Reward: 0 on intermediate steps (unless `shaping=True`); terminal
+    1[plurality answer correct] - token_cost * (all prompt + completion tokens of the debate) / 1000,
+with the parts in info["reward_correct"] and info["reward_tokens"].
+Shaping (off by default): potential-based, Φ = fraction of agents currently correct, adds
+shaping_coef * (Φ_r - Φ_{r-1}) each step (telescopes, so it does not change the optimal policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from dear import tasks
+from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
+from dear.evidence import Encoder, make_encoder
+from dear.llm.base import Backend
+from dear.policy import (
+    DEFAULT_TEMP_RANGE,
+    DEFAULT_TOP_P_RANGE,
+    RAW_BOUND,
+    n_pairs,
+    pair_order,
+    selection_obs_dim,
+    to_sampling,
+)
+from dear.regulator import BeliefObservation, make_controls, observe, state_dim
+from dear.tasks.types import Question
+
+
+@dataclass
+class EnvConfig:
+    """Everything that defines the environment besides the backend/encoder objects."""
+
+    task: str = "synthetic"
+    split: str | None = None
+    n_questions: int | None = None  # first n of the (seeded) shuffled split; None = all
+    n_agents: int = 3
+    n_rounds: int = 2  # exchange rounds = episode length
+    temperature0: float = 0.7  # round-0 sampling
+    top_p0: float = 0.9
+    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE
+    top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE
+    token_cost: float = 0.01  # λ_tok per 1000 tokens
+    max_tokens: int = 512
+    shaping: bool = False
+    shaping_coef: float = 0.1
+    seed: int = 0  # seeds question loading and the engine's per-request seeds
+
+    def __post_init__(self):
+        if self.n_agents < 2:
+            raise ValueError(f"n_agents must be >= 2, got {self.n_agents}")
+        if self.n_rounds < 1:
+            raise ValueError(
+                f"n_rounds must be >= 1 (an episode needs one exchange round), got {self.n_rounds}"
+            )
+        for name in ("temp_range", "top_p_range"):
+            lo, hi = (float(x) for x in getattr(self, name))
+            if not lo < hi:
+                raise ValueError(f"{name} must be (low, high) with low < high, got {(lo, hi)}")
+            setattr(self, name, (lo, hi))
+        if not (0 <= self.temp_range[0] and self.temp_range[1] <= 2.0):
+            raise ValueError(f"temp_range must lie in [0, 2], got {self.temp_range}")
+        if not (0 < self.top_p_range[0] and self.top_p_range[1] <= 1.0):
+            raise ValueError(f"top_p_range must lie in (0, 1], got {self.top_p_range}")
+        if self.token_cost < 0:
+            raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
+
+
+@dataclass
+class ParsedAction:
+    """A validated action of one debate."""
+
+    pairs: np.ndarray  # (V(V-1),) int8
+    mask: np.ndarray  # (V, V) bool
+    raw: np.ndarray  # (V, 2) float32
+    temperature: np.ndarray  # (V,)
+    top_p: np.ndarray  # (V,)
+
+
+class DebateCore:
+    """Shared machinery of `DebateEnv` and `DebateVectorEnv`: backend, encoder, engine, questions, spaces,
+    action validation, observations, rewards and infos for a batch of debates."""
+
+    def __init__(
+        self,
+        config: EnvConfig,
+        llm: str | Backend = "sim",
+        encoder: str | Encoder | None = None,
+        questions: Sequence[Question] | None = None,
+        llm_kwargs: Mapping[str, Any] | None = None,
+    ):
+        self.config = cfg = config
+        if isinstance(llm, Backend):
+            self.backend, self._owns_backend = llm, False
+        elif isinstance(llm, str):
+            from dear.llm.registry import make_backend
+
+            self.backend, self._owns_backend = make_backend(llm, **dict(llm_kwargs or {})), True
+        else:
+            raise ValueError(f"llm must be a backend spec string or a Backend, got {type(llm).__name__}")
+        self.synthetic = bool(getattr(self.backend, "synthetic", False))
+        if encoder is None:
+            encoder = "hashing" if self.synthetic else "minilm"
+        self.encoder: Encoder = make_encoder(encoder) if isinstance(encoder, str) else encoder
+        if questions is None:
+            questions = tasks.load(cfg.task, split=cfg.split, n=cfg.n_questions, seed=cfg.seed)
+        self.questions = list(questions)
+        if not self.questions:
+            raise ValueError(f"task {cfg.task!r} split {cfg.split!r} has no questions")
+        self.engine = DebateEngine(
+            self.backend,
+            DebateConfig(
+                n_agents=cfg.n_agents,
+                n_rounds=cfg.n_rounds,
+                temperature0=cfg.temperature0,
+                top_p0=cfg.top_p0,
+                max_tokens=cfg.max_tokens,
+                seed=cfg.seed,
+            ),
+        )
+        v = cfg.n_agents
+        self.pairs = pair_order(v)
+        self.state_dim = state_dim(v)
+        self.observation_space = spaces.Dict(
+            {
+                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v),), np.float32),
+                "belief": spaces.Box(0.0, 1.0, (v, v), np.float32),
+                "uncertainty": spaces.Box(0.0, 1.0, (v,), np.float32),
+                "state": spaces.Box(0.0, 1.0, (self.state_dim,), np.float32),
+            }
+        )
+        self.action_space = spaces.Dict(
+            {
+                "mask": spaces.MultiBinary(n_pairs(v)),
+                "behavior": spaces.Box(-RAW_BOUND, RAW_BOUND, (2 * v,), np.float32),
+            }
+        )
+
+    # ------------------------------------------------------------------ actions
+    def parse_action(self, action: Any, where: str = "action") -> ParsedAction:
+        """Validate one debate's action; ValueError naming the bad field otherwise."""
+        v, k = self.config.n_agents, n_pairs(self.config.n_agents)
+        if not isinstance(action, Mapping):
+            raise ValueError(
+                f"{where} must be a dict with keys 'mask' and 'behavior', got {type(action).__name__}"
+            )
+        keys = set(action)
+        if keys != {"mask", "behavior"}:
+            raise ValueError(
+                f"{where} must have exactly the keys ['behavior', 'mask'], got {sorted(map(str, keys))}"
+            )
+        try:
+            pairs = np.asarray(action["mask"])
+        except (TypeError, ValueError) as e:  # ragged lists etc.
+            raise ValueError(f"{where}['mask'] is not an array: {e}") from None
+        if pairs.shape != (k,):
+            raise ValueError(
+                f"{where}['mask'] must have shape ({k},) = V(V-1) ordered pairs "
+                f"(i reads j, for i in range(V) for j != i), got shape {pairs.shape}"
+            )
+        if pairs.dtype.kind not in "biuf" or not np.isin(pairs, (0, 1)).all():
+            raise ValueError(f"{where}['mask'] must hold only 0/1, got {pairs.tolist()}")
+        try:
+            raw = np.asarray(action["behavior"], dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}['behavior'] is not a float array: {e}") from None
+        if raw.shape != (2 * v,):
+            raise ValueError(
+                f"{where}['behavior'] must have shape ({2 * v},) = 2V raw values "
+                f"[z_0T, z_0P, z_1T, ...], got shape {raw.shape}"
+            )
+        if not np.isfinite(raw).all():
+            raise ValueError(
+                f"{where}['behavior'] contains NaN/inf at indices "
+                f"{np.flatnonzero(~np.isfinite(raw)).tolist()}"
+            )
+        if (np.abs(raw) > RAW_BOUND).any():
+            raise ValueError(
+                f"{where}['behavior'] must lie in [-{RAW_BOUND}, {RAW_BOUND}] (raw pre-sigmoid), "
+                f"got {raw.tolist()}"
+            )
+        pairs = pairs.astype(np.int8)
+        mask = np.zeros((v, v), dtype=bool)
+        for bit, (i, j) in zip(pairs, self.pairs):
+            mask[i, j] = bool(bit)
+        raw = raw.reshape(v, 2).astype(np.float32)
+        s = to_sampling(raw, self.config.temp_range, self.config.top_p_range)
+        return ParsedAction(pairs=pairs, mask=mask, raw=raw, temperature=s.temperature, top_p=s.top_p)
+
+    def controls(self, parsed: Sequence[ParsedAction]) -> list[RoundControl]:
+        return make_controls(
+            np.stack([p.mask for p in parsed]),
+            np.stack([p.temperature for p in parsed]),
+            np.stack([p.top_p for p in parsed]),
+        )
+
+    # ------------------------------------------------------------------ debates
+    def start(
+        self, rngs: Sequence[np.random.Generator], question_indices: Sequence[int | None]
+    ) -> list[Debate]:
+        """Draw a question and a debate seed per sub-debate and run round 0 (one engine.start call)."""
+        chosen, seeds = [], []
+        for rng, idx in zip(rngs, question_indices):
+            if idx is None:
+                idx = int(rng.integers(len(self.questions)))
+            elif not 0 <= int(idx) < len(self.questions):
+                raise ValueError(f"options['question_index']={idx} outside [0, {len(self.questions)})")
+            chosen.append(self.questions[int(idx)])
+            seeds.append(int(rng.integers(2**31 - 1)))
+        return self.engine.start(chosen, debate_seeds=seeds, protocol="env")
+
+    def observe(self, debates: Sequence[Debate]) -> tuple[list[dict[str, np.ndarray]], BeliefObservation]:
+        """Per-debate observation dicts (float32, clipped into the [0, 1] boxes against rounding)."""
+        bo = observe(debates, self.encoder)
+        arrays = {
+            "selection": bo.selection_obs.numpy(),
+            "belief": bo.b.numpy(),
+            "uncertainty": bo.u.numpy(),
+            "state": bo.state.numpy(),
+        }
+        arrays = {k: np.clip(a, 0.0, 1.0).astype(np.float32) for k, a in arrays.items()}
+        return [{k: a[n] for k, a in arrays.items()} for n in range(len(debates))], bo
+
+    # ------------------------------------------------------------------ rewards / infos
+    def round_info(self, d: Debate) -> dict[str, Any]:
+        turns = d.last_turns
+        return {
+            "round": int(d.round),
+            "answers": [t.answer_key for t in turns],
+            "correct": np.array([t.correct for t in turns], dtype=bool),
+            "round_tokens": int(sum(t.prompt_tokens + t.completion_tokens for t in turns)),
+            "tokens": int(d.trace.total_tokens),
+            "temperature": np.array([t.temperature for t in turns], dtype=np.float64),
+            "top_p": np.array([t.top_p for t in turns], dtype=np.float64),
+            "peers": [list(t.peers) for t in turns],
+            "question_id": d.question.id,
+            "debate_id": d.debate_id,
+            "synthetic": self.synthetic,
+            "failed": bool(d.failed),
+        }
+
+    def reward(self, d: Debate, prev_correct_frac: float) -> tuple[float, dict[str, Any]]:
+        """Reward of the step that just ran on `d` plus the reward parts for info."""
+        cfg = self.config
+        frac = float(np.mean([t.correct for t in d.last_turns]))
+        shaping = cfg.shaping_coef * (frac - prev_correct_frac) if cfg.shaping else 0.0
+        parts: dict[str, Any] = {"reward_shaping": shaping}
+        reward = shaping
+        if d.done:
+            correct = bool(d.trace.final_correct)
+            r_correct = 1.0 if correct else 0.0
+            r_tokens = -cfg.token_cost * d.trace.total_tokens / 1000.0
+            reward += r_correct + r_tokens
+            trace = d.trace
+            parts.update(
+                reward_correct=r_correct,
+                reward_tokens=r_tokens,
+                final_correct=correct,
+                final_answer=trace.final_answer,
+                tie=bool(trace.tie),
+                tokens_total=int(trace.total_tokens),
+                prompt_tokens=int(trace.prompt_tokens),
+                completion_tokens=int(trace.completion_tokens),
+                # (R+1, V) per-round views for transitions / HCR / BCR
+                answers_per_round=trace.answer_keys(),
+                correct_per_round=trace.correctness(),
+                masks_per_round=trace.masks(),
+                trace=trace,
+            )
+        return reward, parts
+
+    def close(self) -> None:
+        if self._owns_backend:
+            self.backend.close()
+
+
+class DebateEnv(gym.Env):
+    """Single-debate POMDP (see module docstring). Registered as ``dear/Debate-v0``.
+
+    ``gymnasium.make("dear/Debate-v0", llm="sim", task="synthetic", n_agents=3, n_rounds=2)``.
+    ``reset(options={"question_index": k})`` debates question k instead of a random one.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        task: str = "synthetic",
+        split: str | None = None,
+        n_questions: int | None = None,
+        llm: str | Backend = "sim",
+        encoder: str | Encoder | None = None,
+        n_agents: int = 3,
+        n_rounds: int = 2,
+        temperature0: float = 0.7,
+        top_p0: float = 0.9,
+        temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+        top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
+        token_cost: float = 0.01,
+        max_tokens: int = 512,
+        shaping: bool = False,
+        shaping_coef: float = 0.1,
+        seed: int = 0,
+        questions: Sequence[Question] | None = None,
+        llm_kwargs: Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__()
+        self.config = EnvConfig(
+            task=task,
+            split=split,
+            n_questions=n_questions,
+            n_agents=n_agents,
+            n_rounds=n_rounds,
+            temperature0=temperature0,
+            top_p0=top_p0,
+            temp_range=tuple(temp_range),
+            top_p_range=tuple(top_p_range),
+            token_cost=token_cost,
+            max_tokens=max_tokens,
+            shaping=shaping,
+            shaping_coef=shaping_coef,
+            seed=seed,
+        )
+        self.core = DebateCore(
+            self.config, llm=llm, encoder=encoder, questions=questions, llm_kwargs=llm_kwargs
+        )
+        self.observation_space = self.core.observation_space
+        self.action_space = self.core.action_space
+        self.render_mode = render_mode
+        self.debate: Debate | None = None
+        self.last_belief: BeliefObservation | None = None  # torch view of the last observation (b, u, ...)
+        self._prev_frac = 0.0
+        self._return = 0.0
+        self._episode_over = False
+
+    @property
+    def backend(self) -> Backend:
+        return self.core.backend
+
+    @property
+    def engine(self) -> DebateEngine:
+        return self.core.engine
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        obs, self.last_belief = self.core.observe([self.debate])
+        return obs[0]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"question_index"}
+        if unknown:
+            raise ValueError(f"reset options: unknown keys {sorted(unknown)}; known: ['question_index']")
+        self.debate = self.core.start([self.np_random], [options.get("question_index")])[0]
+        self._prev_frac = float(np.mean([t.correct for t in self.debate.last_turns]))
+        self._return = 0.0
+        self._episode_over = False
+        info = self.core.round_info(self.debate)
+        return self._observe(), info
+
+    def step(self, action):
+        if self.debate is None:
+            raise RuntimeError("DebateEnv.step called before reset()")
+        if self._episode_over:
+            raise RuntimeError("DebateEnv.step called on a finished debate; call reset()")
+        # A debate whose round 0 failed (backend error) is already done: the engine skips it and this step
+        # returns the terminal reward (a failed debate counts as wrong) with info["failed"] = True.
+        parsed = self.core.parse_action(action)
+        self.core.engine.step([self.debate], self.core.controls([parsed]))
+        d = self.debate
+        reward, parts = self.core.reward(d, self._prev_frac)
+        self._prev_frac = float(np.mean([t.correct for t in d.last_turns]))
+        self._return += reward
+        info = self.core.round_info(d)
+        info.update(parts)
+        info["mask"] = parsed.mask
+        if d.done:
+            self._episode_over = True
+            info["episode_return"] = self._return
+            info["episode_length"] = d.round
+        return self._observe(), float(reward), bool(d.done), False, info
+
+    def close(self):
+        self.core.close()
+
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.config)

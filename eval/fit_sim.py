@@ -1,0 +1,650 @@
+"""Fit the synthetic debater model (`sim`, dear/llm/sim.py) to logged real debates, and collect such logs.
+
+    # fit SimParams to debate traces (JSONL of DebateTrace.to_dict()), compare fitted sim vs real
+    python -m eval.fit_sim --traces results/sim_fit/traces_real_local.jsonl \\
+        [--out results/sim_fit/params_synthetic_fit.json] [--report results/sim_fit/fit_report.md]
+
+    # run the real model on N GSM8K test questions with random masks and temperatures, write the traces
+    python -m eval.fit_sim --collect 16 --llm local [--rounds 1] [--max-tokens 384] [--seed 0] [--fit]
+
+What is estimated (all from the traces' rounds[r][agent]: answer_key, correct, temperature, top_p, peers):
+- observed rates: round-0 accuracy and unanimity; correct→incorrect (C→I) and incorrect→correct (I→C) rates
+  of every (agent, round r → r+1) transition, sliced by how many of the peers it read shared its answer
+  ("read none", 0, 1, 2+) and by the temperature of the new turn;
+- round-0 parameters (difficulty centre/scale, per-agent skill, temperature penalty): maximum a posteriori
+  under the sim's model, the question difficulty integrated out on a grid (δ ~ U(0, 1));
+- wrong-answer concentration (p_unique_wrong, distractor_decay): matched to how often two wrong round-0 answers
+  to the same question coincide;
+- exchange-round parameters (a0..a3, s0, s1, p_resolve, resolve_bonus): MAP of the sim's exact transition
+  likelihood (outcomes: correct / same wrong answer / other wrong answer), each question's difficulty
+  integrated out jointly with its round-0 answers.
+Gaussian priors centred on the defaults keep small logs (tens of transitions) from producing wild values; a
+parameter the logs cannot inform (e.g. top_p_weight when top-p never varied) stays at its default.
+The fitted sim is then replayed on the same schedules (same per-agent temperatures, top-p and peer masks,
+`--replicates` synthetic questions per logged debate) and its rates are printed beside the real ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import shlex
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from dear.llm.base import ChatMessage, ChatRequest
+from dear.llm.sim import (
+    LOG_PREFIX,
+    SimBackend,
+    SimParams,
+    difficulty_logit,
+    distractor_weights,
+    excess,
+    p_correct,
+    p_move,
+    sigmoid,
+)
+from dear.tasks.synthetic import load_synthetic
+
+log = logging.getLogger("eval.fit_sim")
+
+DEFAULT_OUT = "results/sim_fit/params_synthetic_fit.json"
+DEFAULT_REPORT = "results/sim_fit/fit_report.md"
+TEMP_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 2.01))
+_N_GRID = 64  # quadrature points over question difficulty δ ∈ (0, 1)
+_DELTA = (np.arange(_N_GRID) + 0.5) / _N_GRID
+
+
+# ---------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Turn:
+    agent: int
+    answer: str | None  # normalised answer key
+    correct: bool
+    temperature: float
+    top_p: float
+    peers: tuple[int, ...]  # agents read in this turn's prompt
+
+
+@dataclass
+class DebateRecord:
+    question_id: str
+    rounds: list[list[Turn]]  # rounds[r][agent]
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.rounds[0]) if self.rounds else 0
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One agent from round r to r + 1."""
+
+    debate: int  # index into the record list
+    agent: int
+    round: int  # the new round (r + 1)
+    own: str | None
+    own_correct: bool
+    n_read: int  # peers read (with an answer)
+    n_agr: int
+    n_dis: int
+    gold_share: float  # among the plurality of disagreeing peers' answers: fraction that is correct
+    temperature: float
+    top_p: float
+    new: str | None
+    new_correct: bool
+
+
+def _turn_from_dict(d: dict[str, Any], where: str) -> Turn:
+    try:
+        return Turn(
+            agent=int(d["agent"]),
+            answer=None if d.get("answer_key") is None else str(d["answer_key"]),
+            correct=bool(d["correct"]),
+            temperature=float(d["temperature"]),
+            top_p=float(d.get("top_p", 0.9)),
+            peers=tuple(int(j) for j in d.get("peers") or ()),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{where}: bad agent turn ({type(e).__name__}: {e})") from e
+
+
+def read_traces(path: str | Path) -> list[DebateRecord]:
+    """DebateTrace JSONL → records. Failed debates (trace.failed) are skipped: their rounds are incomplete."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"traces file not found: {path}")
+    out = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e})") from e
+            if not isinstance(d, dict) or "rounds" not in d:
+                raise ValueError(f"{where}: not a DebateTrace (no 'rounds' key)")
+            if d.get("failed"):
+                log.warning("%s: skipping failed debate %s", where, d.get("debate_id"))
+                continue
+            rounds = [[_turn_from_dict(t, f"{where} round {r}") for t in turns] for r, turns in enumerate(d["rounds"])]
+            for r, turns in enumerate(rounds):
+                if [t.agent for t in turns] != list(range(len(turns))):
+                    raise ValueError(f"{where}: round {r} agents are {[t.agent for t in turns]}, expected 0..V-1")
+            if rounds:
+                out.append(DebateRecord(str(d.get("question_id", f"line{lineno}")), rounds))
+    if not out:
+        raise ValueError(f"{path}: no usable debates")
+    return out
+
+
+def transitions(records: Sequence[DebateRecord]) -> list[Transition]:
+    out = []
+    for k, rec in enumerate(records):
+        for r in range(1, len(rec.rounds)):
+            prev, cur = rec.rounds[r - 1], rec.rounds[r]
+            gold = next((t.answer for t in prev + cur if t.correct and t.answer is not None), None)
+            for t in cur:
+                own = prev[t.agent]
+                read = [prev[j].answer for j in t.peers if prev[j].answer is not None]
+                n_agr = sum(a == own.answer for a in read) if own.answer is not None else 0
+                dis = Counter(a for a in read if a != own.answer)
+                share = 0.0
+                if dis:
+                    top = max(dis.values())
+                    tied = [a for a, c in dis.items() if c == top]
+                    share = sum(a == gold for a in tied) / len(tied)
+                out.append(Transition(
+                    debate=k, agent=t.agent, round=r, own=own.answer, own_correct=own.correct,
+                    n_read=len(read), n_agr=n_agr, n_dis=len(read) - n_agr, gold_share=share,
+                    temperature=t.temperature, top_p=t.top_p, new=t.answer, new_correct=t.correct,
+                ))
+    return out
+
+
+# ---------------------------------------------------------------- observed statistics
+@dataclass(frozen=True)
+class Rate:
+    k: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        return self.k / self.n if self.n else float("nan")
+
+
+def _agree_slice(t: Transition) -> str:
+    if t.n_read == 0:
+        return "read none"
+    return f"agree={min(t.n_agr, 2)}{'+' if t.n_agr >= 2 else ''}"
+
+
+def _temp_slice(t: float) -> str:
+    for lo, hi in TEMP_BINS:
+        if lo <= t < hi:
+            return f"T∈[{lo:.1f},{min(hi, 2.0):.1f})"
+    return f"T∈[{TEMP_BINS[-1][0]:.1f},2.0]"
+
+
+def compute_stats(records: Sequence[DebateRecord]) -> dict[str, Rate]:
+    """Observed rates keyed by a readable name (the rows of the report)."""
+    stats: dict[str, Rate] = {}
+    r0 = [t for rec in records for t in rec.rounds[0]]
+    stats["round-0 accuracy"] = Rate(sum(t.correct for t in r0), len(r0))
+    unan = [len({t.answer for t in rec.rounds[0]}) == 1 and rec.rounds[0][0].answer is not None for rec in records]
+    stats["round-0 unanimous questions"] = Rate(sum(unan), len(unan))
+    trs = transitions(records)
+    slices: dict[str, list[Transition]] = {"all": trs}
+    for t in trs:
+        slices.setdefault(_agree_slice(t), []).append(t)
+    for t in trs:
+        slices.setdefault(_temp_slice(t.temperature), []).append(t)
+    order = ["all", "read none", "agree=0", "agree=1", "agree=2+"] + [_temp_slice(lo) for lo, _ in TEMP_BINS]
+    for name in order:
+        group = slices.get(name, [])
+        c = [t for t in group if t.own_correct]
+        w = [t for t in group if not t.own_correct]
+        stats[f"C→I {name}"] = Rate(sum(not t.new_correct for t in c), len(c))
+        stats[f"I→C {name}"] = Rate(sum(t.new_correct for t in w), len(w))
+    if records:
+        last = [t for rec in records for t in rec.rounds[-1]]
+        stats["last-round accuracy"] = Rate(sum(t.correct for t in last), len(last))
+    return stats
+
+
+# ---------------------------------------------------------------- fitting
+def _wrong_pair_agreement(records: Sequence[DebateRecord]) -> Rate:
+    """How often two wrong round-0 answers to the same question are the same answer (no-answer = unique)."""
+    k = n = 0
+    for rec in records:
+        wrong = [t.answer for t in rec.rounds[0] if not t.correct]
+        for i in range(len(wrong)):
+            for j in range(i + 1, len(wrong)):
+                n += 1
+                k += wrong[i] is not None and wrong[i] == wrong[j]
+    return Rate(k, n)
+
+
+def fit_distractors(params: SimParams, agreement: Rate, n_distractors: int = 3) -> SimParams:
+    """Match κ = (1 − u)²·Σ w_i² to the observed wrong-pair agreement (u first; λ if u = 0 is not enough)."""
+    if agreement.n == 0:
+        return params
+    kappa = agreement.value
+    s2 = float((distractor_weights(params, n_distractors) ** 2).sum())
+    if kappa <= s2:
+        return replace(params, p_unique_wrong=float(np.clip(1 - math.sqrt(kappa / s2), 0.0, 0.95)))
+    lo, hi = params.distractor_decay, 20.0  # sharpen the distractor weights until Σ w² reaches κ
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if float((distractor_weights(replace(params, distractor_decay=mid), n_distractors) ** 2).sum()) < kappa:
+            lo = mid
+        else:
+            hi = mid
+    return replace(params, p_unique_wrong=0.0, distractor_decay=hi)
+
+
+def _round0_arrays(records: Sequence[DebateRecord]):
+    V = max(rec.n_agents for rec in records)
+    C = np.zeros((len(records), V))
+    X_T = np.full((len(records), V), np.nan)
+    X_P = np.full((len(records), V), np.nan)
+    present = np.zeros((len(records), V), dtype=bool)
+    for q, rec in enumerate(records):
+        for t in rec.rounds[0]:
+            C[q, t.agent] = t.correct
+            X_T[q, t.agent] = t.temperature
+            X_P[q, t.agent] = t.top_p
+            present[q, t.agent] = True
+    return V, C, np.nan_to_num(X_T, nan=0.7), np.nan_to_num(X_P, nan=0.9), present
+
+
+def _round0_lik_grid(p: SimParams, records, arrays) -> np.ndarray:
+    """(Q, G) likelihood of each question's round-0 correctness at each difficulty grid point."""
+    V, C, T, P, present = arrays
+    skills = np.array([p.skill(a) for a in range(V)])
+    d = difficulty_logit(p, _DELTA)  # (G,)
+    x = excess(p, T, P)  # (Q, V)
+    pc = sigmoid(skills[None, :, None] - d[None, None, :] - p.temp_penalty * x[:, :, None])  # (Q, V, G)
+    pc = np.clip(pc, 1e-9, 1 - 1e-9)
+    ll = np.where(present[:, :, None], np.where(C[:, :, None] > 0, np.log(pc), np.log1p(-pc)), 0.0).sum(1)
+    return ll  # log-likelihood (Q, G)
+
+
+def fit_round0(records: Sequence[DebateRecord], prior: SimParams) -> tuple[SimParams, dict[str, Any]]:
+    arrays = _round0_arrays(records)
+    V = arrays[0]
+    temps = arrays[2][arrays[4]]
+    vary_t = float(np.ptp(temps)) > 1e-6 if temps.size else False
+    p0 = SimParams.from_dict({**prior.to_dict(), "skills": [prior.skill(a) for a in range(V)]})
+    # theta = [center, log scale, temp_penalty, skill deviations (V)]
+    theta0 = np.array([p0.difficulty_center, math.log(p0.difficulty_scale), p0.temp_penalty] + [0.0] * V)
+    prior_sd = np.array([1.0, 0.5, 0.5] + [0.3] * V)
+
+    def unpack(th: np.ndarray) -> SimParams:
+        return replace(p0, difficulty_center=float(th[0]), difficulty_scale=float(math.exp(th[1])),
+                       temp_penalty=float(th[2]) if vary_t else p0.temp_penalty,
+                       skills=[float(s) for s in th[3:]])
+
+    def nlp(th: np.ndarray) -> float:
+        ll = _round0_lik_grid(unpack(th), records, arrays)
+        m = ll.max(1, keepdims=True)
+        marg = (m[:, 0] + np.log(np.exp(ll - m).mean(1))).sum()  # ∫ dδ over U(0, 1)
+        return float(-marg + 0.5 * (((th - theta0) / prior_sd) ** 2).sum())
+
+    res = minimize(nlp, theta0, method="L-BFGS-B")
+    th = res.x
+    # skills are only identified relative to the centre: keep their mean in the centre
+    fitted = unpack(th)
+    mean_skill = float(np.mean(fitted.skills))
+    fitted = replace(fitted, skills=[s - mean_skill for s in fitted.skills],
+                     difficulty_center=fitted.difficulty_center - mean_skill)
+    info = {"round0_converged": bool(res.success), "round0_nlp": float(res.fun), "round0_temperature_varied": vary_t}
+    return fitted, info
+
+
+_TRANS_FIELDS = ("switch_bias", "switch_disagree", "switch_agree", "switch_temp", "self_revise_bias",
+                 "self_revise_temp", "p_resolve", "resolve_bonus")
+_TRANS_SD = np.array([1.0, 0.7, 0.7, 0.7, 1.0, 0.7, 1.0, 0.7])  # priors (p_resolve on the logit scale)
+
+
+def _transition_loglik_grid(p: SimParams, trs: Sequence[Transition], kappa: float) -> np.ndarray:
+    """(N, G) log-probability of each transition's outcome at each difficulty grid point."""
+    skill = np.array([p.skill(t.agent) for t in trs])[:, None]
+    d = difficulty_logit(p, _DELTA)[None, :]
+    x = excess(p, np.array([t.temperature for t in trs]), np.array([t.top_p for t in trs]))[:, None]
+    n_dis = np.array([t.n_dis for t in trs])[:, None]
+    n_agr = np.array([t.n_agr for t in trs])[:, None]
+    own_none = np.array([t.own is None for t in trs])[:, None]
+    own_c = np.array([t.own_correct for t in trs])[:, None]
+    share = np.array([t.gold_share for t in trs])[:, None]
+    new_c = np.array([t.new_correct for t in trs])[:, None]
+    same = np.array([t.new is not None and t.new == t.own for t in trs])[:, None]
+    q = p_correct(p, skill, d, x, resolve=True)  # (N, G)
+    m = np.where(own_none, 1.0, p_move(p, n_dis, n_agr, x))
+    rho = p.p_resolve
+    adopt = np.where((n_dis > 0) & ~own_none, 1 - rho, 0.0)  # P(adopt | move)
+    resolve = 1 - adopt
+    # own correct: wrong at r+1 iff it moved and (adopted a disagreeing answer, or re-solved wrongly)
+    p_c_from_c = 1 - m * (adopt + resolve * (1 - q))
+    # own wrong (or none): correct if adopting a correct plurality or re-solving correctly
+    p_c_from_w = m * (adopt * share + resolve * q)
+    p_same_w = np.where(own_none, 0.0, (1 - m) + m * resolve * (1 - q) * kappa)
+    p_other_w = np.clip(1 - p_c_from_w - p_same_w, 1e-9, 1.0)
+    prob = np.where(
+        own_c,
+        np.where(new_c, p_c_from_c, 1 - p_c_from_c),
+        np.where(new_c, p_c_from_w, np.where(same, p_same_w, p_other_w)),
+    )
+    return np.log(np.clip(prob, 1e-9, 1.0))
+
+
+def fit_transitions(records: Sequence[DebateRecord], base: SimParams, prior: SimParams) -> tuple[SimParams, dict]:
+    trs = transitions(records)
+    if not trs:
+        return base, {"transitions": 0}
+    arrays = _round0_arrays(records)
+    ll0 = _round0_lik_grid(base, records, arrays)  # (Q, G), fixed: round-0 parameters are already fitted
+    debate_idx = np.array([t.debate for t in trs])
+    kappa = (1 - base.p_unique_wrong) ** 2 * float((distractor_weights(base, 3) ** 2).sum())
+
+    def to_theta(p: SimParams) -> np.ndarray:
+        v = [getattr(p, f) for f in _TRANS_FIELDS]
+        v[6] = math.log(max(v[6], 1e-4) / max(1 - v[6], 1e-4))
+        return np.array(v, dtype=np.float64)
+
+    theta0 = to_theta(prior)
+
+    def unpack(th: np.ndarray) -> SimParams:
+        vals = {f: float(v) for f, v in zip(_TRANS_FIELDS, th)}
+        vals["p_resolve"] = float(sigmoid(th[6]))
+        return replace(base, **vals)
+
+    def nlp(th: np.ndarray) -> float:
+        llt = _transition_loglik_grid(unpack(th), trs, kappa)  # (N, G)
+        per_q = ll0.copy()
+        np.add.at(per_q, debate_idx, llt)
+        # P(round 0 and transitions of q) / P(round 0 of q): the round-0 part is constant in theta
+        m = per_q.max(1, keepdims=True)
+        marg = (m[:, 0] + np.log(np.exp(per_q - m).mean(1))).sum()
+        return float(-marg + 0.5 * (((th - theta0) / _TRANS_SD) ** 2).sum())
+
+    res = minimize(nlp, theta0, method="L-BFGS-B")
+    return unpack(res.x), {"transitions": len(trs), "transitions_converged": bool(res.success),
+                           "transitions_nlp": float(res.fun)}
+
+
+def fit(records: Sequence[DebateRecord], prior: SimParams | None = None) -> tuple[SimParams, dict[str, Any]]:
+    """Fit SimParams to the records (priors centred on `prior`, default SimParams())."""
+    prior = prior or SimParams()
+    p, info = fit_round0(records, prior)
+    agreement = _wrong_pair_agreement(records)
+    p = fit_distractors(p, agreement)
+    info["wrong_pair_agreement"] = [agreement.k, agreement.n]
+    p, info2 = fit_transitions(records, p, prior)
+    info.update(info2)
+    return p, info
+
+
+# ---------------------------------------------------------------- replay with the sim
+_BOXED = re.compile(r"\\boxed\{([^}]*)\}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a logged debate did, per round and agent: sampling and who was read (round 0 reads nobody)."""
+
+    temperature: tuple[tuple[float, ...], ...]  # [round][agent]
+    top_p: tuple[tuple[float, ...], ...]
+    peers: tuple[tuple[tuple[int, ...], ...], ...]
+
+    @classmethod
+    def of(cls, rec: DebateRecord) -> Schedule:
+        return cls(
+            tuple(tuple(t.temperature for t in turns) for turns in rec.rounds),
+            tuple(tuple(t.top_p for t in turns) for turns in rec.rounds),
+            tuple(tuple(t.peers for t in turns) for turns in rec.rounds),
+        )
+
+    @classmethod
+    def mad(cls, n_agents: int = 3, n_rounds: int = 1, temperature: float = 0.7, top_p: float = 0.9) -> Schedule:
+        full = tuple(tuple(j for j in range(n_agents) if j != i) for i in range(n_agents))
+        none = tuple(() for _ in range(n_agents))
+        return cls(
+            tuple(tuple([temperature] * n_agents) for _ in range(n_rounds + 1)),
+            tuple(tuple([top_p] * n_agents) for _ in range(n_rounds + 1)),
+            (none,) + tuple(full for _ in range(n_rounds)),
+        )
+
+
+def simulate(backend: SimBackend, schedules: Sequence[Schedule], replicates: int = 1, seed: int = 0,
+             split: str = "test") -> list[DebateRecord]:
+    """Run every schedule on `replicates` fresh synthetic questions each, round by round in one batch per round,
+    driving the backend with the same metadata the debate engine sends."""
+    jobs = [(s, k) for s in schedules for k in range(replicates)]
+    questions = load_synthetic(len(jobs), seed=seed, split=split)
+    n_rounds = max(len(s.peers) for s in schedules)
+    answers: list[list[list[str | None]]] = [[] for _ in jobs]
+    records = [DebateRecord(q.id, []) for q in questions]
+    for r in range(n_rounds):
+        reqs, where = [], []
+        for n, ((s, _), q) in enumerate(zip(jobs, questions)):
+            if r >= len(s.peers):
+                continue
+            for a in range(len(s.peers[r])):
+                peers = s.peers[r][a]
+                meta = {"debate_id": f"synthetic/{q.id}", "question_id": q.id, "agent": a, "round": r,
+                        "own_answer": answers[n][r - 1][a] if r else None,
+                        "peer_answers": [answers[n][r - 1][j] for j in peers] if r else [],
+                        "question_text": q.question}
+                reqs.append(ChatRequest((ChatMessage("user", q.question),), temperature=s.temperature[r][a],
+                                        top_p=s.top_p[r][a], max_tokens=4096, seed=seed * 1_000_003 + n * 97 + a * 7 + r,
+                                        metadata=meta))
+                where.append((n, a))
+        comps = backend.generate(reqs)
+        for n in {n for n, _ in where}:
+            answers[n].append([None] * len(jobs[n][0].peers[r]))
+            records[n].rounds.append([])
+        for (n, a), req, c in zip(where, reqs, comps):
+            m = _BOXED.findall(c.text)
+            ans = m[-1] if m else None
+            answers[n][r][a] = ans
+            records[n].rounds[r].append(Turn(a, ans, ans == questions[n].gold, req.temperature, req.top_p,
+                                             tuple(jobs[n][0].peers[r][a])))
+    return records
+
+
+def random_schedules(n: int, n_agents: int = 3, rounds: int = 1, mask_p: float = 0.5, t_min: float = 0.1,
+                     t_max: float = 1.2, seed: int = 0, temperature0: float = 0.7, top_p: float = 0.9) -> list[Schedule]:
+    """The schedules `--collect` uses: round 0 at temperature0, then random masks and per-agent temperatures."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        temps = [tuple([temperature0] * n_agents)]
+        peers = [tuple(() for _ in range(n_agents))]
+        for _ in range(rounds):
+            mask = rng.random((n_agents, n_agents)) < mask_p
+            np.fill_diagonal(mask, False)
+            peers.append(tuple(tuple(int(j) for j in np.flatnonzero(mask[i])) for i in range(n_agents)))
+            temps.append(tuple(float(t) for t in rng.uniform(t_min, t_max, n_agents)))
+        out.append(Schedule(tuple(temps), tuple(tuple([top_p] * n_agents) for _ in temps), tuple(peers)))
+    return out
+
+
+def write_records(records: Sequence[DebateRecord], path: str | Path) -> None:
+    """Write records as minimal DebateTrace-shaped JSONL (the fields this script reads), e.g. for tests."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
+            rounds = [[{"agent": t.agent, "round": r, "answer_key": t.answer, "correct": t.correct,
+                        "temperature": t.temperature, "top_p": t.top_p, "peers": list(t.peers)} for t in turns]
+                      for r, turns in enumerate(rec.rounds)]
+            f.write(json.dumps({"question_id": rec.question_id, "rounds": rounds}) + "\n")
+
+
+# ---------------------------------------------------------------- report
+def comparison_table(real: dict[str, Rate], sims: dict[str, dict[str, Rate]]) -> str:
+    head = "| statistic | real (k/n) | real rate | " + " | ".join(sims) + " |"
+    sep = "|---|---:|---:|" + "---:|" * len(sims)
+    rows = [head, sep]
+    for name, r in real.items():
+        cells = [f"{s[name].value:.3f}" if name in s and s[name].n else "–" for s in sims.values()]
+        rows.append(f"| {name} | {r.k}/{r.n} | {r.value:.3f} | " + " | ".join(cells) + " |" if r.n
+                    else f"| {name} | 0/0 | – | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def params_table(prior: SimParams, fitted: SimParams) -> str:
+    rows = ["| parameter | default (prior centre) | fitted |", "|---|---:|---:|"]
+    for f in fields(SimParams):
+        a, b = getattr(prior, f.name), getattr(fitted, f.name)
+        fmt = (lambda v: "[" + ", ".join(f"{x:.3f}" for x in v) + "]") if f.name == "skills" else (lambda v: f"{v:.3f}")
+        rows.append(f"| {f.name} | {fmt(a)} | {fmt(b)} |")
+    return "\n".join(rows)
+
+
+def run_fit(traces: str, out: str, report: str | None, replicates: int, seed: int, command: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    records = read_traces(traces)
+    prior = SimParams()
+    fitted, info = fit(records, prior)
+    real = compute_stats(records)
+    schedules = [Schedule.of(r) for r in records]
+    sims = {
+        "sim-v1 fitted (synthetic)": compute_stats(simulate(SimBackend(fitted, seed=seed), schedules, replicates, seed)),
+        "sim-v1 default (synthetic)": compute_stats(simulate(SimBackend(prior, seed=seed), schedules, replicates, seed)),
+    }
+    table = comparison_table(real, sims)
+    fitted.to_json(out, source_traces=str(traces), seed=seed, fit_info=info, command=command)
+    n_tr = len(transitions(records))
+    text = "\n".join([
+        "# Synthetic debater (`sim-v1`) fitted to real debate traces",
+        "",
+        f"Command: `{command}`  ",
+        (f"Traces: `{traces}` — {len(records)} debates, {records[0].n_agents} agents, "
+         f"{len(records[0].rounds) - 1} exchange round(s), {n_tr} transitions.  "),
+        (f"Sim replay: {replicates} synthetic questions per logged debate schedule (same temperatures, top-p and "
+         f"peer masks), backend seed {seed}.  "),
+        f"Fit: {json.dumps(info)}  ",
+        f"Fitted parameters: `{out}`. Fit + replay took {time.perf_counter() - t0:.1f} s.",
+        "",
+        "## Rates: real vs synthetic",
+        "",
+        ("C→I / I→C: fraction of an agent's correct / incorrect answers at round r that are incorrect / correct at "
+         "r + 1; `agree=k`: k of the peers it read shared its answer; `read none`: its mask was empty; T: the "
+         "temperature of the new turn. Real rates come with their counts; with tens of transitions the real column "
+         "is noisy (a 3/28 rate has a 95 % interval of roughly 0.02–0.28)."),
+        "",
+        table,
+        "",
+        "## Parameters",
+        "",
+        params_table(prior, fitted),
+        "",
+    ])
+    if report:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(text, encoding="utf-8")
+    print(table)
+    print(f"{LOG_PREFIX} fitted sim parameters written to {out}" + (f"; report {report}" if report else ""))
+    return {"params": fitted, "real": real, "sims": sims, "info": info}
+
+
+# ---------------------------------------------------------------- collection with the real model
+def collect(n: int, llm: str, out: str, rounds: int, max_tokens: int, seed: int, mask_p: float,
+            t_min: float, t_max: float, n_agents: int, task: str = "gsm8k", split: str = "test",
+            parallel: int | None = None, chunk: int | None = None) -> str:
+    """Run the real model with random masks (each ordered pair read with prob mask_p) and random per-agent
+    temperatures in [t_min, t_max] in every exchange round; round 0 uses the engine default (T=0.7, top-p 0.9)."""
+    from dear import tasks
+    from dear.debate import DebateConfig, DebateEngine, RoundControl
+    from dear.llm.registry import make_backend
+
+    questions = tasks.load(task, split=split, n=n, seed=seed)
+    rng = np.random.default_rng(seed)
+    cfg = DebateConfig(n_agents=n_agents, n_rounds=rounds, max_tokens=max_tokens, seed=seed)
+    t0 = time.perf_counter()
+    kwargs = {"n_parallel": parallel} if parallel and llm.split(":")[0] in ("local", "smoke") else {}
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text("", encoding="utf-8")
+    chunk = chunk or len(questions)
+    n_written = 0
+    with make_backend(llm, **kwargs) as backend:
+        engine = DebateEngine(backend, cfg)
+        # chunks: traces reach the disk as they finish, so a long run that is stopped keeps what it did
+        for c0 in range(0, len(questions), chunk):
+            debates = engine.start(questions[c0 : c0 + chunk])
+            for r in range(1, rounds + 1):
+                controls = []
+                for _ in debates:
+                    mask = rng.random((n_agents, n_agents)) < mask_p
+                    np.fill_diagonal(mask, False)
+                    controls.append(RoundControl(mask, rng.uniform(t_min, t_max, n_agents), np.full(n_agents, 0.9)))
+                engine.step(debates, controls)
+            with out_path.open("a", encoding="utf-8") as f:
+                for d in debates:
+                    f.write(d.trace.to_json() + "\n")
+            n_written += len(debates)
+            s = engine.stats
+            log.info("%d/%d debates written to %s after %.0f s (%d prompt + %d completion tokens so far)",
+                     n_written, len(questions), out, time.perf_counter() - t0, s.prompt_tokens, s.completion_tokens)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval.fit_sim", description=__doc__.split("\n")[0])
+    ap.add_argument("--traces", help="debate traces JSONL to fit (with --collect: where to write them)")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="fitted SimParams JSON (name must contain 'synthetic')")
+    ap.add_argument("--report", default=DEFAULT_REPORT, help="Markdown report (fitted sim vs real)")
+    ap.add_argument("--replicates", type=int, default=200, help="synthetic questions per logged debate schedule")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--collect", type=int, metavar="N", help="run the real model on N questions first")
+    ap.add_argument("--llm", default="local", help="backend spec for --collect (see dear.llm.registry)")
+    ap.add_argument("--task", default="gsm8k")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--rounds", type=int, default=1, help="exchange rounds for --collect")
+    ap.add_argument("--agents", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--mask-p", type=float, default=0.5)
+    ap.add_argument("--t-min", type=float, default=0.1)
+    ap.add_argument("--t-max", type=float, default=1.2)
+    ap.add_argument("--parallel", type=int, help="llama.cpp decoding slots for --collect (local/smoke backends)")
+    ap.add_argument("--chunk", type=int, help="with --collect: debates per batch (traces are appended per chunk)")
+    ap.add_argument("--fit", action="store_true", help="with --collect: fit right after collecting")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    command = "python -m eval.fit_sim " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    if args.collect is not None:
+        if args.collect < 1:
+            ap.error("--collect N needs N >= 1")
+        traces = args.traces or f"results/sim_fit/traces_real_{args.llm.replace(':', '_').replace('/', '_')}.jsonl"
+        collect(args.collect, args.llm, traces, args.rounds, args.max_tokens, args.seed, args.mask_p,
+                args.t_min, args.t_max, args.agents, args.task, args.split, args.parallel,
+                args.chunk)
+        if not args.fit:
+            return 0
+        args.traces = traces
+    if not args.traces:
+        ap.error("give --traces TRACES.jsonl (or --collect N)")
+    if args.replicates < 1:
+        ap.error("--replicates must be >= 1")
+    run_fit(args.traces, args.out, args.report, args.replicates, args.seed, command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

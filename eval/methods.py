@@ -1,0 +1,215 @@
+"""Evaluation methods: the baselines and DEAR with its ablations, as (DebateConfig, protocol) pairs.
+
+Every method runs through the same `DebateEngine`, the same questions, model, round-0 sampling and seeds.
+The engine seeds a request by (config seed, debate seed, agent, round) and the debate seed by the question
+id, so identical requests recur across methods and the response cache answers them once. Shared work:
+
+- single CoT = agent 0's round-0 answer of the debate methods (1 agent, no exchange);
+- round-0 majority = the plurality of MAD's round 0 (V agents, no exchange);
+- self-consistency with n samples: its first V samples are MAD's round 0;
+- MAD, DEAR and every ablation share round 0 (identical prompts and seeds);
+- "DEAR no-selection + no-behavior" would be MAD exactly (full mask, fixed sampling).
+
+Token accounting ignores caching: every method is charged all the tokens of all its calls, as if run alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from dear.debate import DebateConfig, make_protocol
+from dear.debate.protocols import MajorityProtocol, Protocol
+from dear.policy import JointPolicy, PolicyConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    label: str  # how the report prints it
+    kind: Literal["single", "samples", "debate", "dear"]
+    description: str
+    protocol: str = ""  # debate kind: make_protocol name
+    selection_mode: str = "learned"  # dear kind: JointPolicy overrides
+    behavior_mode: str = "learned"
+    fusion: str = "dst"
+
+    @property
+    def needs_checkpoint(self) -> bool:
+        return self.kind == "dear"
+
+
+METHODS: dict[str, MethodSpec] = {
+    m.name: m
+    for m in (
+        MethodSpec("cot", "Single CoT", "single", "one agent, one answer (= agent 0 of round 0)"),
+        MethodSpec("sc", "CoT-SC", "samples", "self-consistency: n independent samples, plurality vote"),
+        MethodSpec("majority", "Round-0 majority", "samples", "V independent answers, plurality, no exchange"),
+        MethodSpec("mad", "MAD", "debate", "full mask, fixed sampling", protocol="mad"),
+        MethodSpec("dear", "DEAR", "dear", "learned selection + learned behavior, DST fusion"),
+        MethodSpec("dear-no-selection", "DEAR w/o selection", "dear", "full mask + learned behavior",
+                   selection_mode="full"),
+        MethodSpec("dear-no-behavior", "DEAR w/o behavior", "dear", "learned selection + fixed sampling",
+                   behavior_mode="fixed"),
+        MethodSpec("dear-mean", "DEAR (Mean fusion)", "dear", "mean of selected opinions instead of DST",
+                   fusion="mean"),
+        MethodSpec("dear-random-mask", "DEAR (random mask)", "dear", "random mask (p=0.5) + learned behavior",
+                   selection_mode="random"),
+    )
+}
+DEFAULT_METHODS = tuple(METHODS)
+
+
+def parse_methods(text: str) -> list[MethodSpec]:
+    """Comma-separated method names (or `all`) -> specs, with a clear error for unknown names."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["all"]:
+        names = list(DEFAULT_METHODS)
+    if not names:
+        raise ValueError("--methods is empty; known methods: " + ", ".join(METHODS))
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; known methods: {', '.join(METHODS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--methods lists a method twice: {names}")
+    return [METHODS[n] for n in names]
+
+
+# ---------------------------------------------------------------- checkpoints
+@dataclass
+class Checkpoint:
+    """A trained joint policy, from an exported artifact or a training run directory."""
+
+    path: Path
+    policy_config: PolicyConfig
+    state_dict: dict[str, torch.Tensor]
+    encoder: str  # encoder spec the policy was trained with
+    n_rounds: int | None = None  # exchange rounds it was trained for (None = unknown)
+    trained_on: str = ""  # backend / task it was trained with, for the report
+    synthetic: bool = False  # trained on the sim backend
+
+    def policy(self, spec: MethodSpec | None = None, seed: int = 0) -> JointPolicy:
+        """The policy, with the method's ablation switches applied to the same weights."""
+        cfg = self.policy_config
+        if spec is not None:
+            cfg = replace(cfg, selection_mode=spec.selection_mode, behavior_mode=spec.behavior_mode,
+                          fusion=spec.fusion, seed=seed)
+        pol = JointPolicy(cfg)
+        try:
+            pol.load_state_dict(self.state_dict)
+        except RuntimeError as e:
+            raise ValueError(
+                f"checkpoint {self.path}: weights do not fit a policy with n_agents={cfg.n_agents} "
+                f"(is the manifest's V right?): {e}"
+            ) from None
+        pol.eval()
+        return pol
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Load an exported policy (`dear.export`: manifest.json + policy.safetensors), a training run directory
+    (its latest checkpoint) or one checkpoint directory (`RUN_DIR/checkpoints/iter_XXXXXX`).
+
+    Trainer checkpoints go through `dear.export.export_checkpoint` (into a temporary directory), so both
+    paths read V, action ranges, fusion and encoder the same way and get the same consistency checks."""
+    import tempfile
+
+    from dear.export import MANIFEST_FILE, ExportError, export_checkpoint, load_exported
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"--checkpoint {path}: no such file or directory")
+    if path.is_dir() and (path / "checkpoints").is_dir() and not (path / "checkpoints" / "latest").exists():
+        raise FileNotFoundError(f"--checkpoint {path}: run directory has no finished checkpoint "
+                                f"({path / 'checkpoints' / 'latest'} missing)")
+    try:
+        if (path / MANIFEST_FILE).exists():
+            exported = load_exported(path)
+        else:
+            with tempfile.TemporaryDirectory(prefix="dear-eval-ckpt-") as tmp:
+                exported = load_exported(export_checkpoint(path, tmp))
+    except (ExportError, KeyError, OSError) as e:
+        raise ValueError(f"--checkpoint {path}: not a usable DEAR policy: {e}") from None
+    except RuntimeError as e:  # load_state_dict: tensor shapes do not fit the config's V / hidden sizes
+        raise ValueError(f"--checkpoint {path}: weights do not fit a policy with n_agents="
+                         f"{_config_agents(path)} (is the config's V right?): {e}") from None
+    m = exported.manifest
+    training = m.get("training", {})
+    cfg = exported.policy.config
+    for field_, mode in (("selection_mode", cfg.selection_mode), ("behavior_mode", cfg.behavior_mode)):
+        if mode != "learned":
+            log.warning("checkpoint %s was trained with %s=%s: that actor is untrained in the 'dear' method",
+                        path, field_, mode)
+    return Checkpoint(
+        path=path, policy_config=cfg,
+        state_dict={k: v.detach().clone() for k, v in exported.policy.state_dict().items()},
+        encoder=exported.encoder, n_rounds=training.get("rounds"),
+        trained_on=f"{training.get('llm') or 'unknown backend'} on {training.get('task') or 'unknown task'}"
+                   + (f" (iteration {training['iteration']})" if training.get("iteration") is not None else ""),
+        synthetic=exported.synthetic,
+    )
+
+
+def _config_agents(path: Path) -> str:
+    """V named by a trainer checkpoint's config.yaml (for the error message only)."""
+    import yaml
+
+    for cand in [path, *(path / "checkpoints").glob("iter_*")] if path.is_dir() else []:
+        if (cand / "config.yaml").exists():
+            try:
+                return str(yaml.safe_load((cand / "config.yaml").read_text())["env"]["num_agents"])
+            except (KeyError, TypeError, yaml.YAMLError):
+                break
+    return "?"
+
+
+def check_compatible(ckpt: Checkpoint, n_agents: int | None, temp_range: tuple[float, float] | None,
+                     top_p_range: tuple[float, float] | None) -> None:
+    """Refuse to run a policy on a debate shape or action ranges it was not trained for."""
+    cfg = ckpt.policy_config
+    if n_agents is not None and n_agents != cfg.n_agents:
+        raise ValueError(
+            f"checkpoint {ckpt.path} was trained for V={cfg.n_agents} agents but --agents={n_agents}; "
+            f"the selection/behavior networks' sizes depend on V"
+        )
+    for name, what, want, have in (("--temp-range", "temperature range", temp_range, cfg.temp_range),
+                                   ("--top-p-range", "top-p range", top_p_range, cfg.top_p_range)):
+        if want is not None and tuple(float(x) for x in want) != tuple(float(x) for x in have):
+            raise ValueError(
+                f"checkpoint {ckpt.path} maps actions to the {what} {list(have)} "
+                f"but {name}={list(want)} was given; a policy only makes sense in the ranges it was trained on"
+            )
+
+
+# ---------------------------------------------------------------- building a method's run
+@dataclass
+class MethodRun:
+    config: DebateConfig
+    protocol: Any  # Protocol or RegulatedProtocol
+
+
+def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoint | None = None,
+          encoder=None, seed: int = 0) -> MethodRun:
+    """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder)."""
+    if spec.kind == "single":
+        return MethodRun(replace(base, n_agents=1, n_rounds=0), MajorityProtocol())
+    if spec.kind == "samples":
+        n = sc_samples if spec.name == "sc" else base.n_agents
+        proto: Protocol = MajorityProtocol()
+        proto.name = spec.name
+        return MethodRun(replace(base, n_agents=n, n_rounds=0), proto)
+    if spec.kind == "debate":
+        return MethodRun(base, make_protocol(spec.protocol, base))
+    if ckpt is None or encoder is None:
+        raise ValueError(f"method {spec.name!r} needs --checkpoint")
+    from dear.regulator import RegulatedProtocol  # floor 3
+
+    proto_r = RegulatedProtocol(policy=ckpt.policy(spec, seed=seed), encoder=encoder, config=base,
+                                deterministic=True, name=spec.name)
+    return MethodRun(base, proto_r)

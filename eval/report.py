@@ -1,0 +1,209 @@
+"""Traces -> metrics -> summary.csv and summary.md (a table a paper would print, plus the detail tables)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dear.debate.trace import DebateTrace
+from dear.metrics import TRANSITIONS, DebateRecord, MethodSummary, Ratio, paired_bootstrap_diff, summarize
+
+
+def trace_to_record(trace: DebateTrace) -> DebateRecord:
+    """Plain arrays of one debate for dear.metrics."""
+    grader = "none"
+    if trace.final_answer is not None and trace.rounds:
+        grader = next((t.grader for t in trace.rounds[-1] if t.answer_key == trace.final_answer), "none")
+    return DebateRecord(
+        answers=trace.answer_keys(),
+        correct=trace.correctness().tolist(),
+        final_correct=bool(trace.final_correct),
+        prompt_tokens=int(trace.prompt_tokens),
+        completion_tokens=int(trace.completion_tokens),
+        tie=bool(trace.tie),
+        failed=bool(trace.failed),
+        final_grader=grader,
+        question_id=trace.question_id,
+    )
+
+
+@dataclass
+class MethodResult:
+    benchmark: str
+    method: str
+    label: str
+    summary: MethodSummary
+    correct_by_question: dict[str, float] = field(default_factory=dict)  # for paired comparisons
+
+
+def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTrace], seed: int = 0,
+             n_boot: int = 2000) -> MethodResult:
+    records = [trace_to_record(t) for t in traces]
+    return MethodResult(
+        benchmark=benchmark, method=method, label=label, summary=summarize(records, seed=seed, n_boot=n_boot),
+        correct_by_question={r.question_id: float(r.final_correct) for r in records},
+    )
+
+
+# ---------------------------------------------------------------- CSV
+def write_csv(results: Sequence[MethodResult], path: Path) -> None:
+    rows: list[dict[str, Any]] = []
+    columns: dict[str, None] = {"benchmark": None, "method": None, "label": None}
+    for res in results:
+        row = {"benchmark": res.benchmark, "method": res.method, "label": res.label, **res.summary.to_row()}
+        rows.append(row)
+        columns.update(dict.fromkeys(row))
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), restval="")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: _csv_value(v) for k, v in row.items()})
+
+
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else round(v, 6)
+    return v
+
+
+# ---------------------------------------------------------------- Markdown
+def _pct(x: float, digits: int = 1) -> str:
+    return "–" if x is None or math.isnan(x) else f"{100 * x:.{digits}f}"
+
+
+def _ratio(r: Ratio) -> str:
+    return "–" if r.den == 0 else f"{100 * r.rate:.1f} ({r.num}/{r.den})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: str = "mad",
+             seed: int = 0) -> str:
+    """The full summary.md text. `meta` carries the command, model, seeds and labels for the header."""
+    benchmarks = list(dict.fromkeys(r.benchmark for r in results))
+    methods = list(dict.fromkeys(r.method for r in results))
+    by = {(r.benchmark, r.method): r for r in results}
+    lines = [f"# {meta.get('title', 'DEAR evaluation')}", ""]
+    if meta.get("synthetic"):
+        lines += [("> **SYNTHETIC** — produced with the `sim` backend (synthetic debaters, no language model). "
+                  "These numbers test the pipeline; they are not LLM results."), ""]
+    for key, name in (("command", "Command"), ("model", "Model"), ("checkpoint", "Checkpoint"),
+                      ("seed", "Seed"), ("n", "Questions per benchmark"), ("debate", "Debate"),
+                      ("date", "Date"), ("wall_time", "Wall time")):
+        if meta.get(key) not in (None, ""):
+            value = f"`{meta[key]}`" if key == "command" else str(meta[key])
+            lines.append(f"- **{name}:** {value}")
+    for note in meta.get("notes", []):
+        lines.append(f"- {note}")
+    lines.append("")
+
+    # -- the paper table: accuracy [CI] and tokens per benchmark
+    lines += ["## Accuracy and cost", "",
+              ("Accuracy in % with a 95 % percentile-bootstrap CI over questions (seeded); tokens = mean prompt + "
+              "completion tokens of all calls per question."), ""]
+    header = ["Method"]
+    for b in benchmarks:
+        header += [f"{b} acc % [95 % CI]", f"{b} tokens/q"]
+    rows = []
+    for m in methods:
+        row = [next(r.label for r in results if r.method == m)]
+        for b in benchmarks:
+            r = by.get((b, m))
+            if r is None:
+                row += ["–", "–"]
+                continue
+            a = r.summary.accuracy
+            row += [f"{_pct(a.mean)} [{_pct(a.low)}, {_pct(a.high)}]", f"{r.summary.total_tokens.mean:,.0f}"]
+        rows.append(row)
+    lines += _table(header, rows) + [""]
+
+    if baseline in methods:
+        lines += [f"### Paired difference to {by_label(results, baseline)} (same questions)", "",
+                  "Accuracy difference in percentage points with a paired bootstrap 95 % CI.", ""]
+        rows = []
+        for m in methods:
+            if m == baseline:
+                continue
+            row = [by_label(results, m)]
+            for b in benchmarks:
+                r, base = by.get((b, m)), by.get((b, baseline))
+                common = sorted(set(r.correct_by_question) & set(base.correct_by_question)) if r and base else []
+                if not common:
+                    row.append("–")
+                    continue
+                d = paired_bootstrap_diff([r.correct_by_question[q] for q in common],
+                                          [base.correct_by_question[q] for q in common], seed=seed)
+                row.append(f"{100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]")
+            rows.append(row)
+        lines += _table(["Method"] + benchmarks, rows) + [""]
+
+    for b in benchmarks:
+        res = [by[(b, m)] for m in methods if (b, m) in by]
+        lines += [f"## {b}", ""]
+        lines += _table(
+            ["Method", "n", "acc %", "95 % CI", "prompt tok/q", "completion tok/q", "total tok/q", "failed",
+             "final ties", "no-answer %", "graders (final answer)"],
+            [[r.label, str(r.summary.n), _pct(r.summary.accuracy.mean),
+              f"[{_pct(r.summary.accuracy.low)}, {_pct(r.summary.accuracy.high)}]",
+              f"{r.summary.prompt_tokens:,.0f}", f"{r.summary.completion_tokens:,.0f}",
+              f"{r.summary.total_tokens.mean:,.0f}", str(r.summary.failed), str(r.summary.final_ties),
+              _pct(r.summary.no_answer.rate), ", ".join(f"{g}: {c}" for g, c in sorted(r.summary.graders.items()))]
+             for r in res],
+        ) + [""]
+        debates = [r for r in res if r.summary.n_rounds > 1]
+        if not debates:
+            continue
+        n_rounds = max(r.summary.n_rounds for r in debates)
+        lines += [("Per-round accuracy (plurality of each round; a tie scores the share of tied answers that "
+                  "are correct):"), ""]
+        lines += _table(["Method"] + [f"round {k}" for k in range(n_rounds)],
+                        [[r.label] + [_pct(x) for x in r.summary.round_accuracy] +
+                         ["–"] * (n_rounds - len(r.summary.round_accuracy)) for r in debates]) + [""]
+        lines += [("Conformity (agent-round cases; rate % (numerator/denominator)), drift (problem-drift FOCUS on "
+                  "the per-round group answer):"), ""]
+        lines += _table(
+            ["Method", "HCR", "BCR", "drifted debates", "recovered", "mean rounds drifted", "improved / degraded",
+             "mean FOCUS per round"],
+            [[r.label, _ratio(r.summary.hcr), _ratio(r.summary.bcr), _ratio(r.summary.drifted),
+              _ratio(r.summary.recovered), f"{r.summary.mean_rounds_drifted:.2f}",
+              f"{r.summary.improved} / {r.summary.degraded}",
+              ", ".join(f"{x:+.3f}" for x in r.summary.focus)] for r in debates],
+        ) + [""]
+        lines += ["Transitions per agent (counts, round r → r+1):", ""]
+        rows = []
+        for r in debates:
+            for k, counts in enumerate(r.summary.transitions):
+                rows.append([r.label, f"{k}→{k + 1}"] + [str(int(c)) for c in counts])
+        lines += _table(["Method", "rounds"] + [t.replace("->", "→") for t in TRANSITIONS], rows) + [""]
+        peers = sorted({k for r in debates for k in r.summary.flips_by_agreement})
+        lines += ["C→I rate by the number of peers sharing the (correct) agent's answer, % (flips/cases):", ""]
+        lines += _table(["Method"] + [f"{k} agreeing" for k in peers],
+                        [[r.label] + [_ratio(r.summary.flips_by_agreement.get(k, Ratio(0, 0))) for k in peers]
+                         for r in debates]) + [""]
+
+    lines += ["## Definitions", "",
+              ("- Final answer: plurality over the last round's parsed answers; ties broken by a seeded random "
+              "choice (counted as *final ties*). No parsable answer never votes; a debate where no agent "
+              "answered is wrong."),
+              ("- HCR: among (agent, round r→r+1) cases where the agent is correct, holds an answer fewer agents "
+              "share than the plurality answer, and no plurality answer is correct — the share wrong at r+1. "
+              "BCR: the agent is wrong (with an answer), in the minority, and the plurality is correct — the "
+              "share correct at r+1. Agents without an answer and mixed ties enter neither."),
+              ("- Drift: s_r = per-round group score, FOCUS_r = s_r − s_(r−1); a debate has drifted at round r "
+              "when s_r is below the best earlier round; it recovered when a later round reaches the pre-drift "
+              "best. Rates with an empty denominator are shown as –."),
+              "- Failed debates (a backend error) count as wrong and are listed.",
+              ""]
+    return "\n".join(lines)
+
+
+def by_label(results: Sequence[MethodResult], method: str) -> str:
+    return next((r.label for r in results if r.method == method), method)

@@ -1,0 +1,42 @@
+"""`python -m dear.debate` end to end on the synthetic debater backend (real parts, no language model: fast)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from dear.debate import read_jsonl
+from dear.debate.__main__ import main
+
+
+def test_cli_sim_mad_prints_results_and_writes_traces(tmp_path, capsys):
+    out = tmp_path / "traces.jsonl"
+    code = main(["--task", "synthetic", "--n", "12", "--protocol", "mad", "--llm", "sim", "--agents", "3",
+                 "--rounds", "2", "--no-cache", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert len(re.findall(r"^\[\d+/12\] ", text, re.MULTILINE)) == 12
+    acc = float(re.search(r"accuracy\s+([0-9.]+)", text).group(1))
+    assert 0.0 <= acc <= 1.0
+    assert re.search(r"failures\s+0", text) and "tokens/question" in text and "wall time" in text
+    traces = read_jsonl(out)
+    assert len(traces) == 12 and all(len(t.rounds) == 3 for t in traces)
+    assert sum(t.final_correct for t in traces) == round(acc * 12)
+    assert all(t.masks()[1].sum() == 6 for t in traces)  # MAD: full mesh
+
+
+def test_cli_majority_and_cache(tmp_path, capsys):
+    argv = ["--task", "synthetic", "--n", "5", "--protocol", "majority", "--llm", "sim",
+            "--cache", str(tmp_path / "c.sqlite")]
+    assert main(argv) == 0
+    assert re.search(r"cache hits\s+0/15", capsys.readouterr().out)
+    assert main(argv) == 0
+    assert re.search(r"cache hits\s+15/15", capsys.readouterr().out)  # second run: no model calls
+
+
+def test_cli_module_entry_point_and_bad_protocol():
+    res = subprocess.run([sys.executable, "-m", "dear.debate", "--task", "synthetic", "--n", "2", "--llm", "sim",
+                          "--protocol", "nope", "--no-cache"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert res.returncode != 0 and "unknown protocol" in res.stderr

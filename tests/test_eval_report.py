@@ -1,0 +1,73 @@
+"""eval.report and eval.plots on hand-built traces: record conversion, CSV/Markdown content, non-empty PNGs."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from dear.debate.trace import AgentTurn, DebateTrace
+from eval import plots, report
+
+
+def _turn(agent: int, r: int, key: str | None, ok: bool, grader: str = "numeric") -> AgentTurn:
+    return AgentTurn(agent=agent, round=r, messages=[], text="", reasoning="r", conclusion="c", answer=key,
+                     answer_key=key, correct=ok, grader=grader if key is not None else "none", temperature=0.7,
+                     top_p=0.9, seed=0, peers=[], prompt_tokens=100 * (r + 1), completion_tokens=50,
+                     finish_reason="stop", latency_s=0.0)
+
+
+def _trace(qid: str, rounds: list[list[str | None]], gold: str = "4", tie: bool = False,
+           failed: bool = False) -> DebateTrace:
+    t = DebateTrace(debate_id=f"b/{qid}", question_id=qid, task="b", question="?", gold=gold, kind="numeric",
+                    model_ids=["m"] * len(rounds[0]), tie=tie, failed=failed)
+    for r, keys in enumerate(rounds):
+        t.add_round([_turn(i, r, k, k == gold) for i, k in enumerate(keys)])
+    last = [k for k in rounds[-1] if k is not None]
+    t.final_answer = None if failed or not last else max(set(last), key=last.count)
+    t.final_correct = t.final_answer == gold
+    return t
+
+
+def test_trace_to_record():
+    t = _trace("q1", [["4", "5", None], ["5", "5", "5"]])
+    rec = report.trace_to_record(t)
+    assert rec.answers == [["4", "5", None], ["5", "5", "5"]]
+    assert rec.correct == [[True, False, False], [False, False, False]]
+    assert not rec.final_correct and rec.final_grader == "numeric"
+    assert rec.prompt_tokens == 3 * 100 + 3 * 200 and rec.completion_tokens == 6 * 50
+    assert report.trace_to_record(_trace("q2", [[None, None, None]])).final_grader == "none"
+
+
+@pytest.fixture()
+def results():
+    rng = np.random.default_rng(0)
+    out = []
+    for bench in ("gsm8k", "math500"):
+        mad, cot = [], []
+        for q in range(12):
+            r0 = [rng.choice(["4", "5", "7", None], p=[0.5, 0.3, 0.15, 0.05]) for _ in range(3)]
+            r1 = [k if rng.random() < 0.7 else "5" for k in r0]
+            r2 = [k if rng.random() < 0.8 else "4" for k in r1]
+            mad.append(_trace(f"q{q}", [r0, r1, r2], failed=(q == 11)))
+            cot.append(_trace(f"q{q}", [[r0[0]]]))
+        out.append(report.evaluate(bench, "cot", "Single CoT", cot, n_boot=200))
+        out.append(report.evaluate(bench, "mad", "MAD", mad, n_boot=200))
+    return out
+
+
+def test_csv_markdown_and_plots(tmp_path, results):
+    report.write_csv(results, tmp_path / "summary.csv")
+    rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
+    assert [(r["benchmark"], r["method"]) for r in rows] == [
+        ("gsm8k", "cot"), ("gsm8k", "mad"), ("math500", "cot"), ("math500", "mad")]
+    assert rows[0]["hcr"] == "" and rows[0]["hcr_den"] == "0"  # NaN rate -> empty cell, denominator kept
+    assert rows[1]["failed"] == "1" and "r1->2 C->I" in rows[1]
+    md = report.markdown(results, {"command": "python -m eval.run --x", "seed": 0, "synthetic": False})
+    assert "`python -m eval.run --x`" in md and "SYNTHETIC" not in md
+    assert "| Single CoT |" in md and "Paired difference to MAD" in md
+    md_sim = report.markdown(results, {"synthetic": True}, baseline="cot")
+    assert "SYNTHETIC" in md_sim and "Paired difference to Single CoT" in md_sim
+    for path in plots.write_all(results, tmp_path, synthetic=True):
+        assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,77 @@
+"""Config loading: presets, extends, dotted overrides, and errors that name the bad key and file."""
+
+import pytest
+
+from train.config import CONFIG_DIR, ConfigError, load_config, save_config, config_from_dict
+
+
+def test_shipped_configs_load():
+    for name in ("gsm8k", "smoke", "sim"):
+        cfg = load_config(name)
+        assert cfg.env.num_agents >= 2
+    assert load_config("gsm8k").llm.backend_spec() == "local"
+    assert load_config("smoke").llm.backend_spec() == "smoke"
+    assert load_config("sim").llm.synthetic
+
+
+def test_presets():
+    assert load_config("gsm8k", ["llm.preset=qwen3-8b-vllm"]).llm.backend_spec() == "vllm:Qwen/Qwen3-8B"
+    cfg = load_config("gsm8k", ["llm.preset=openai", "llm.url=http://h:8000/v1#m"])
+    assert cfg.llm.backend_spec() == "openai:http://h:8000/v1#m"
+    with pytest.raises(ConfigError, match="llm.url"):
+        load_config("gsm8k", ["llm.preset=openai"])
+
+
+def test_dotted_overrides_and_types():
+    cfg = load_config("sim", ["happo.clip_coef=0.3", "rollout.num_workers=2", "env.temperature_range=[0.2, 1.0]",
+                              "happo.target_kl=0.02", "happo.target_kl=null"])
+    assert cfg.happo.clip_coef == 0.3 and cfg.rollout.num_workers == 2
+    assert cfg.env.temperature_range == (0.2, 1.0)
+    assert cfg.happo.target_kl is None
+    assert isinstance(load_config("sim", ["happo.clip_coef=1"]).happo.clip_coef, float)  # int -> float ok
+
+
+def test_unknown_key_in_file_names_key_and_file(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("extends: %s\nhappo:\n  clip_coeff: 0.1\n" % (CONFIG_DIR / "sim.yaml"))
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert "happo.clip_coeff" in str(e.value) and "bad.yaml" in str(e.value)
+
+
+def test_mistyped_value_names_key(tmp_path):
+    p = tmp_path / "typo.yaml"
+    p.write_text("rollout:\n  num_workers: two\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml.*rollout.num_workers.*int"):
+        load_config(str(p))
+    with pytest.raises(ConfigError, match=r"happo.norm_adv.*bool"):
+        load_config("sim", ["happo.norm_adv=3"])
+    with pytest.raises(ConfigError, match=r"happo.agent_order.*fixed"):
+        load_config("sim", ["happo.agent_order=backwards"])
+
+
+def test_unknown_override_and_section():
+    with pytest.raises(ConfigError, match="command line.*unknown key 'happo.lr'"):
+        load_config("sim", ["happo.lr=0.1"])
+    with pytest.raises(ConfigError, match="unknown key 'optimizer'"):
+        load_config("sim", ["optimizer.lr=0.1"])
+    with pytest.raises(ConfigError, match="must look like"):
+        load_config("sim", ["happo.clip_coef"])
+
+
+def test_bad_values_and_unknown_config():
+    with pytest.raises(ConfigError, match="env.num_agents"):
+        load_config("sim", ["env.num_agents=1"])
+    with pytest.raises(ConfigError, match="env.top_p_range"):
+        load_config("sim", ["env.top_p_range=[0.9, 0.5]"])
+    with pytest.raises(ConfigError, match="unknown config 'nope'.*gsm8k"):
+        load_config("nope")
+
+
+def test_roundtrip_saved_config(tmp_path):
+    import yaml
+
+    cfg = load_config("gsm8k", ["run.seed=7"])
+    save_config(cfg, tmp_path / "config.yaml")
+    again = config_from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text()))
+    assert again == cfg

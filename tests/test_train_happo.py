@@ -1,0 +1,146 @@
+"""Trainer on the sim backend: run dir + logs, exact resume, NaN stop, synthetic labelling, Ray restart."""
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from train.checkpoint import latest_checkpoint
+from train.config import load_config
+from train.happo import Trainer, TrainingError, main
+
+SMALL = ["run.out_dir={out}", "logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
+         "rollout.episodes_per_iter=16", "run.checkpoint_every=1", "happo.num_minibatches=2"]
+
+
+def _cfg(tmp_path, *extra):
+    return load_config("sim", [s.format(out=tmp_path) for s in SMALL] + list(extra))
+
+
+def _rows(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not (k == "time" or "/time/" in k or "SPS" in k)} for r in rows]
+
+
+def _weights(run_dir):
+    return load_file(str(latest_checkpoint(run_dir) / "model.safetensors"))
+
+
+def test_resume_matches_uninterrupted_bit_for_bit(tmp_path):
+    full = Trainer(_cfg(tmp_path / "a", "run.iterations=3"), run_dir=tmp_path / "a")
+    full.train()
+    full.close()
+
+    part = Trainer(_cfg(tmp_path / "b", "run.iterations=1"), run_dir=tmp_path / "b")
+    part.train()
+    part.close()
+    # continue the interrupted run through the CLI, extending it to 3 iterations
+    assert main(["--resume", str(tmp_path / "b"), "run.iterations=3", "logging.progress=false"]) == 0
+
+    wa, wb = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    oa = torch.load(latest_checkpoint(tmp_path / "a") / "optimizer.pt", weights_only=True)
+    ob = torch.load(latest_checkpoint(tmp_path / "b") / "optimizer.pt", weights_only=True)
+    for agent in oa:
+        for pid, st in oa[agent]["state"].items():
+            assert torch.equal(st["exp_avg_sq"], ob[agent]["state"][pid]["exp_avg_sq"])
+    ra, rb = _rows(tmp_path / "a"), _rows(tmp_path / "b")
+    assert [r["iteration"] for r in rb] == [1, 2, 3]
+    assert ra == rb  # every logged scalar identical (timings excluded)
+
+
+def test_run_dir_logs_and_synthetic_labels(tmp_path):
+    tr = Trainer(_cfg(tmp_path, "run.iterations=2", "run.name=lab"))
+    res = tr.train()
+    tr.close()
+    run = res.run_dir
+    assert "synthetic" in run.name
+    assert (run / "config.yaml").exists() and (run / "metrics.csv").exists()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["synthetic"] is True for r in rows)
+    keys = [k for k in rows[0] if k not in ("iteration", "global_step", "time", "synthetic")]
+    assert keys and all(k.startswith("synthetic/") for k in keys)
+    for k in ("losses/selection/policy_loss", "losses/behavior/approx_kl", "losses/value_loss",
+              "losses/explained_variance", "charts/SPS", "rollout/accuracy", "rollout/hcr", "rollout/bcr",
+              "rollout/tokens_per_question", "rollout/reward"):
+        assert "synthetic/" + k in rows[0], k
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "synthetic/charts/SPS" in header
+    ckpt = latest_checkpoint(run)
+    assert ckpt.name == "iter_000002"
+    for f in ("model.safetensors", "optimizer.pt", "state.json", "torch_rng.safetensors", "config.yaml"):
+        assert (ckpt / f).exists(), f
+    w = load_file(str(ckpt / "model.safetensors"))
+    assert any(k.startswith("selection.") for k in w) and any(k.startswith("critic.") for k in w)
+    assert "value_norm.mean" in w
+    state = json.loads((ckpt / "state.json").read_text())
+    assert state["counters"]["iteration"] == 2 and state["counters"]["global_step"] == 2 * 16 * 2
+
+
+def test_nan_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
+    tr = Trainer(_cfg(tmp_path, "run.iterations=3"), run_dir=tmp_path / "run")
+    real_collect = tr.pool.collect
+
+    def poisoned(weights, chunks):
+        report = real_collect(weights, chunks)
+        if chunks[0].iteration == 1:
+            report.results[0].batch.state[0, 0, 0] = math.nan
+        return report
+
+    tr.pool.collect = poisoned
+    with pytest.raises(TrainingError, match=r"non-finite.*'state'.*last good checkpoint: .*iter_000001"):
+        tr.train()
+    tr.close()
+    assert latest_checkpoint(tmp_path / "run").name == "iter_000001"
+
+
+def test_sigint_checkpoints_the_last_finished_iteration(tmp_path):
+    import os
+    import signal
+
+    tr = Trainer(_cfg(tmp_path, "run.iterations=5", "run.checkpoint_every=100"), run_dir=tmp_path / "run")
+    real_collect = tr.pool.collect
+
+    def interrupt_in_third(weights, chunks):
+        if chunks[0].iteration == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collect(weights, chunks)
+
+    tr.pool.collect = interrupt_in_third
+    res = tr.train()
+    tr.close()
+    assert res.interrupted and res.iterations == 2
+    assert latest_checkpoint(tmp_path / "run").name == "iter_000002"
+
+
+@pytest.mark.timeout(600)
+def test_ray_worker_restart_redoes_episodes(tmp_path):
+    """Kill a Ray rollout worker; the pool recreates it, redoes its chunks with the same seeds (so the
+    results equal an undisturbed collection) and counts the restart."""
+    ray = pytest.importorskip("ray")
+    from train.workers import RayPool, make_chunks
+
+    cfg = _cfg(tmp_path, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1")
+    pool = RayPool(cfg)
+    try:
+        from train.workers import make_policy
+
+        weights = make_policy(cfg).state_dict()
+        chunks = make_chunks(cfg, 0)
+        ref = pool.collect(weights, chunks)
+        assert ref.worker_restarts == 0
+        old_pid = ray.get(pool.workers[0].pid.remote())
+        ray.kill(pool.workers[0])
+        rep = pool.collect(weights, chunks)
+        assert rep.worker_restarts == 1 and rep.episodes_redone == 8
+        assert ray.get(pool.workers[0].pid.remote()) != old_pid
+        for a, b in zip(ref.results, rep.results):
+            assert torch.equal(a.batch.rewards, b.batch.rewards)
+            assert torch.equal(a.batch.pairs, b.batch.pairs)
+    finally:
+        pool.close()
+        ray.shutdown()

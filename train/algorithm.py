@@ -1,0 +1,225 @@
+"""HAPPO update (Kuba et al., ICLR 2022) for DEAR's two heterogeneous agents and their shared critic.
+
+Per iteration the agents are updated one after another (default: selection, then behavior, because
+behavior acts on the chosen topology). The first agent maximises the clipped PPO objective on the
+normalised advantage Â; every later agent maximises it on M·Â, where M is the product of the
+already-updated agents' probability ratios new/old over the same batch (detached). Each agent has
+ONE joint action per step (all pairs / all V LLM agents together), so each contributes one ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from dear.policy import Critic, JointPolicy
+from train.buffer import RolloutBatch, compute_gae
+from train.config import HAPPOConfig
+from train.valuenorm import ValueNorm
+
+AGENTS = ("selection", "behavior")
+
+
+@dataclass
+class AgentSpec:
+    """How the trainer sees one RL agent: its parameters, stored log-probs and an evaluator."""
+
+    name: str
+    module: nn.Module
+    old_logp: torch.Tensor  # (N,) log-probs at rollout time
+    evaluate: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # idx -> (logp (n,), entropy (n,))
+    ent_coef: float
+
+
+def happo_factor(new_logps: list[torch.Tensor], old_logps: list[torch.Tensor]) -> torch.Tensor:
+    """M = prod_k pi_k^new(a_k|o_k) / pi_k^old(a_k|o_k) over previously updated agents (1 when none)."""
+    if not new_logps:
+        raise ValueError("happo_factor needs at least one agent's log-probs")
+    log_m = sum((n - o for n, o in zip(new_logps, old_logps)), torch.zeros_like(new_logps[0]))
+    return torch.exp(log_m).detach()
+
+
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, weighted_adv: torch.Tensor, clip_coef: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CleanRL's clipped PPO loss on a (possibly factor-weighted) advantage; plus KL/clip diagnostics."""
+    logratio = logp - old_logp
+    ratio = logratio.exp()
+    pg1 = -weighted_adv * ratio
+    pg2 = -weighted_adv * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    loss = torch.max(pg1, pg2).mean()
+    with torch.no_grad():
+        diag = {
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "old_approx_kl": (-logratio).mean(),
+            "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean(),
+        }
+    return loss, diag
+
+
+def explained_variance(y_pred: torch.Tensor, y_true: torch.Tensor) -> float:
+    var_y = torch.var(y_true)
+    return float("nan") if var_y == 0 else float(1 - torch.var(y_true - y_pred) / var_y)
+
+
+class HAPPO:
+    """Learner state: the joint policy, the critic, their optimisers and the value normaliser."""
+
+    def __init__(self, policy: JointPolicy, critic: Critic, cfg: HAPPOConfig, device: str | torch.device = "cpu"):
+        self.policy, self.critic, self.cfg = policy, critic, cfg
+        self.device = torch.device(device)
+        self.value_norm = ValueNorm().to(self.device)
+        self.optimizers: dict[str, torch.optim.Optimizer] = {
+            "selection": torch.optim.Adam(policy.selection.parameters(), lr=cfg.lr_selection, eps=1e-5),
+            "behavior": torch.optim.Adam(policy.behavior.parameters(), lr=cfg.lr_behavior, eps=1e-5),
+            "critic": torch.optim.Adam(critic.parameters(), lr=cfg.lr_critic, eps=1e-5),
+        }
+        # M used for each agent in the last update (kept for tests and diagnostics).
+        self.last_factors: dict[str, torch.Tensor] = {}
+
+    # -- values ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def values(self, state: torch.Tensor) -> torch.Tensor:
+        """De-normalised V(s) for any leading shape."""
+        v = self.critic(state.to(self.device))
+        return self.value_norm.denormalize(v) if self.cfg.value_norm else v
+
+    def advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(values, advantages, returns), each (E, T); episodes are complete, so no bootstrap value."""
+        values = self.values(batch.state)
+        last = torch.zeros_like(values[:, -1])
+        adv, ret = compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
+        return values, adv, ret
+
+    # -- update ------------------------------------------------------------------------------------
+    def agent_order(self, generator: torch.Generator) -> list[str]:
+        trainable = [a for a in AGENTS if getattr(self.policy, f"{a}_trainable")]
+        if self.cfg.agent_order == "random" and len(trainable) > 1:
+            perm = torch.randperm(len(trainable), generator=generator).tolist()
+            trainable = [trainable[i] for i in perm]
+        return trainable
+
+    def _agents(self, batch: RolloutBatch) -> dict[str, AgentSpec]:
+        sel_obs, pairs = batch.flat("selection_obs"), batch.flat("pairs")
+        beh_obs, raw = batch.flat("behavior_obs"), batch.flat("raw_behavior")
+        return {
+            "selection": AgentSpec(
+                "selection", self.policy.selection, batch.flat("logp_selection"),
+                lambda idx: self.policy.evaluate_selection(sel_obs[idx], pairs[idx]), self.cfg.ent_coef_selection,
+            ),
+            "behavior": AgentSpec(
+                "behavior", self.policy.behavior, batch.flat("logp_behavior"),
+                lambda idx: self.policy.evaluate_behavior(beh_obs[idx], raw[idx]), self.cfg.ent_coef_behavior,
+            ),
+        }
+
+    def _minibatches(self, n: int, generator: torch.Generator):
+        perm = torch.randperm(n, generator=generator)
+        return torch.tensor_split(perm, self.cfg.num_minibatches)
+
+    def update(self, batch: RolloutBatch, generator: torch.Generator) -> dict[str, float]:
+        """One HAPPO iteration on a complete-episode batch. Returns CleanRL-named scalars."""
+        cfg = self.cfg
+        batch.check_finite()
+        values, adv, returns = self.advantages(batch)
+        adv, returns, values = adv.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        if cfg.norm_adv and adv.numel() > 1:
+            # Normalised once over the whole batch (as HARL), so every agent sees the same Â.
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        n = adv.numel()
+        stats: dict[str, float] = {}
+        agents = self._agents(batch)
+        factor = torch.ones(n, device=self.device)
+        self.last_factors = {}
+        order = self.agent_order(generator)
+        for position, name in enumerate(order):
+            agent = agents[name]
+            self.last_factors[name] = factor.clone()
+            opt = self.optimizers[name]
+            params = list(agent.module.parameters())
+            weighted_adv = factor * adv
+            epochs_run = 0
+            for _epoch in range(cfg.update_epochs):
+                epochs_run += 1
+                kls = []
+                for idx in self._minibatches(n, generator):
+                    logp, entropy = agent.evaluate(idx)
+                    pg_loss, diag = clipped_surrogate(logp, agent.old_logp[idx], weighted_adv[idx], cfg.clip_coef)
+                    ent = entropy.mean()
+                    loss = pg_loss - agent.ent_coef * ent
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(f"non-finite {name} policy loss ({loss.item()})")
+                    opt.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    opt.step()
+                    kls.append(diag["approx_kl"])
+                if cfg.target_kl is not None and torch.stack(kls).mean() > cfg.target_kl:
+                    break
+            # Diagnostics and the next agent's factor on the full batch under the updated policy.
+            with torch.no_grad():
+                all_idx = torch.arange(n)
+                new_logp, entropy = agent.evaluate(all_idx)
+                pg_loss, diag = clipped_surrogate(new_logp, agent.old_logp, weighted_adv, cfg.clip_coef)
+                factor = factor * happo_factor([new_logp], [agent.old_logp])
+            p = f"losses/{name}/"
+            stats.update({
+                p + "policy_loss": pg_loss.item(),
+                p + "entropy": entropy.mean().item(),
+                p + "approx_kl": diag["approx_kl"].item(),
+                p + "old_approx_kl": diag["old_approx_kl"].item(),
+                p + "clipfrac": diag["clipfrac"].item(),
+                p + "grad_norm": float(grad_norm),
+                p + "epochs": float(epochs_run),
+                p + "update_position": float(position),
+                p + "happo_factor_mean": self.last_factors[name].mean().item(),
+            })
+        stats.update(self._update_critic(batch, returns, values, generator))
+        stats["losses/explained_variance"] = explained_variance(values, returns)
+        stats["charts/advantage_std_raw"] = float(
+            (returns - values).std().item()) if n > 1 else 0.0
+        return stats
+
+    def _update_critic(self, batch: RolloutBatch, returns: torch.Tensor, values: torch.Tensor,
+                       generator: torch.Generator) -> dict[str, float]:
+        cfg = self.cfg
+        state = batch.flat("state").to(self.device)
+        if cfg.value_norm:
+            self.value_norm.update(returns)
+            target = self.value_norm.normalize(returns)
+            old_v = self.value_norm.normalize(values)
+        else:
+            target, old_v = returns, values
+        opt = self.optimizers["critic"]
+        for _epoch in range(cfg.update_epochs):
+            for idx in self._minibatches(returns.numel(), generator):
+                v = self.critic(state[idx])
+                if cfg.clip_vloss:
+                    v_clipped = old_v[idx] + torch.clamp(v - old_v[idx], -cfg.clip_coef, cfg.clip_coef)
+                    v_loss = 0.5 * torch.max((v - target[idx]) ** 2, (v_clipped - target[idx]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((v - target[idx]) ** 2).mean()
+                if not torch.isfinite(v_loss):
+                    raise FloatingPointError(f"non-finite value loss ({v_loss.item()})")
+                opt.zero_grad()
+                (cfg.vf_coef * v_loss).backward()
+                nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+                opt.step()
+        return {"losses/value_loss": v_loss.item()}
+
+    # -- state -------------------------------------------------------------------------------------
+    def optimizer_state(self) -> dict:
+        return {k: o.state_dict() for k, o in self.optimizers.items()}
+
+    def load_optimizer_state(self, state: dict) -> None:
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state[k])
+
+
+def seed_for(seed: int, *keys: int) -> int:
+    """A 63-bit seed derived from (run seed, iteration, ...) so each iteration's randomness is fixed."""
+    return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))

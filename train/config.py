@@ -1,0 +1,348 @@
+"""Typed training configuration: YAML files in `configs/`, dotted CLI overrides, strict validation.
+
+A YAML file may start with `extends: other.yaml` (relative to its own folder) and then override any
+subset of keys. Unknown or mistyped keys raise `ConfigError` naming the dotted key and the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+# LLM presets -> backend spec for dear.llm.registry.make_backend (DESIGN §7).
+LLM_PRESETS: dict[str, str] = {
+    "local": "local",  # embedded Qwen2.5-Coder-1.5B Q4_K_M through llama.cpp (CPU)
+    "smoke": "smoke",  # SmolLM2-135M, for minute-long real-model runs
+    "qwen3-8b-vllm": "vllm:Qwen/Qwen3-8B",  # the paper's setting, one vLLM engine per GPU
+    "openai": "openai:{url}",  # any OpenAI-compatible server; needs llm.url
+    "sim": "sim",  # synthetic debaters (labelled synthetic everywhere)
+}
+
+
+class ConfigError(ValueError):
+    """A config file or override has an unknown key, a wrong type or a bad value."""
+
+
+@dataclass
+class RunConfig:
+    name: str = "dear"
+    seed: int = 1
+    out_dir: str = "runs"
+    iterations: int = 200  # HAPPO iterations (rollout + update)
+    checkpoint_every: int = 10  # iterations; a checkpoint is also written at the end and on SIGINT/SIGTERM
+    device: str = "cpu"  # learner device ("cuda" when present)
+    torch_threads: int = 1  # learner threads; 1 keeps the CPU free for the LLM engine
+
+
+@dataclass
+class LLMConfig:
+    preset: Literal["local", "smoke", "qwen3-8b-vllm", "openai", "sim"] = "local"
+    spec: str | None = None  # explicit make_backend spec; overrides the preset
+    url: str | None = None  # for preset "openai": http://host:port/v1[#model]
+    max_tokens: int = 512
+    cache: str | None = None  # path of a persistent response cache (SQLite), or None
+    # Where the backend lives with Ray: "engine" = one shared Ray actor (the default for real models),
+    # "in_worker" = each rollout worker builds its own (the default for the cheap stateless sim).
+    placement: Literal["auto", "engine", "in_worker"] = "auto"
+    options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for make_backend
+
+    def backend_spec(self) -> str:
+        if self.spec:
+            return self.spec
+        if self.preset == "openai":
+            if not self.url:
+                raise ConfigError("llm.url is required when llm.preset is 'openai'")
+            return LLM_PRESETS["openai"].format(url=self.url)
+        return LLM_PRESETS[self.preset]
+
+    @property
+    def synthetic(self) -> bool:
+        return self.backend_spec().split(":", 1)[0] == "sim"
+
+
+@dataclass
+class EnvConfig:
+    task: str = "gsm8k"
+    split: str | None = "train"
+    n_questions: int | None = None  # seeded subset of the split; None = all
+    num_agents: int = 3  # V
+    rounds: int = 2  # R exchange rounds after round 0 (= env steps per episode)
+    temperature_range: tuple[float, float] = (0.1, 1.2)
+    top_p_range: tuple[float, float] = (0.5, 1.0)
+    token_cost: float = 0.01  # lambda_tok: reward penalty per 1,000 tokens
+    fusion: Literal["dst", "mean"] = "dst"
+    encoder: str | None = None  # None = the env's default for the backend (minilm real, hashing sim)
+    options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
+
+
+@dataclass
+class RolloutConfig:
+    num_workers: int = 1  # Ray rollout actors; 0 = in-process rollouts without Ray
+    envs_per_worker: int = 4  # sub-debates per vector env (batched into one backend call per round)
+    episodes_per_iter: int = 16  # debates per HAPPO iteration (over all workers)
+    worker_num_cpus: float = 0.5  # Ray scheduling share of a rollout actor
+    engine_num_cpus: float = 0.5
+    max_worker_restarts: int = 3  # per worker per run before giving up
+
+
+@dataclass
+class PolicySection:
+    """Network sizes and the baseline slots of dear.policy.PolicyConfig (n_agents/ranges come from env)."""
+
+    hidden: int = 64
+    critic_hidden: int = 128
+    init_log_std: float = -0.5  # behavior Gaussian's initial log sigma
+    selection_mode: Literal["learned", "full", "random"] = "learned"  # "full" = no-selection ablation
+    behavior_mode: Literal["learned", "fixed"] = "learned"  # "fixed" = no-behavior ablation
+    fixed_temperature: float = 0.7  # MAD's sampling; also the learned behavior mean's starting point
+    fixed_top_p: float = 0.9
+
+
+@dataclass
+class HAPPOConfig:
+    gamma: float = 1.0  # episodes are short and the reward is terminal
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    clip_vloss: bool = False
+    ent_coef_selection: float = 0.01
+    ent_coef_behavior: float = 0.0
+    vf_coef: float = 1.0
+    max_grad_norm: float = 0.5
+    lr_selection: float = 3e-4
+    lr_behavior: float = 3e-4
+    lr_critic: float = 1e-3
+    update_epochs: int = 5
+    num_minibatches: int = 1
+    norm_adv: bool = True
+    value_norm: bool = True
+    target_kl: float | None = None  # early stop of an agent's epochs when approx-KL exceeds it
+    agent_order: Literal["fixed", "random"] = "fixed"  # fixed = selection then behavior (DESIGN §6)
+
+
+@dataclass
+class LoggingConfig:
+    wandb: bool = False  # used only when wandb is installed; WANDB_MODE=offline works with no network
+    wandb_project: str = "dear"
+    progress: bool = True
+
+
+@dataclass
+class TrainConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    policy: PolicySection = field(default_factory=PolicySection)
+    happo: HAPPOConfig = field(default_factory=HAPPOConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def validate(self) -> None:
+        def need(cond: bool, key: str, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"{key}: {msg}")
+
+        need(self.run.iterations >= 1, "run.iterations", "must be >= 1")
+        need(self.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
+        need(self.env.num_agents >= 2, "env.num_agents", "needs at least 2 agents")
+        need(self.env.rounds >= 1, "env.rounds", "needs at least 1 exchange round")
+        for key, (lo, hi) in (("env.temperature_range", self.env.temperature_range),
+                              ("env.top_p_range", self.env.top_p_range)):
+            need(0 <= lo < hi, key, f"needs 0 <= low < high, got ({lo}, {hi})")
+        need(self.env.top_p_range[1] <= 1.0, "env.top_p_range", "top-p cannot exceed 1.0")
+        need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
+        need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
+        need(self.rollout.episodes_per_iter >= 1, "rollout.episodes_per_iter", "must be >= 1")
+        need(self.happo.update_epochs >= 1, "happo.update_epochs", "must be >= 1")
+        need(self.happo.num_minibatches >= 1, "happo.num_minibatches", "must be >= 1")
+        need(0 < self.happo.gamma <= 1, "happo.gamma", "must be in (0, 1]")
+        need(0 <= self.happo.gae_lambda <= 1, "happo.gae_lambda", "must be in [0, 1]")
+        need(self.happo.clip_coef > 0, "happo.clip_coef", "must be > 0")
+        self.llm.backend_spec()  # openai without url
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+# ---------------------------------------------------------------------------------------------------
+# Strict conversion of plain YAML data into the dataclasses
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{where}key '{key}': expected {expected}, got {type(value).__name__} {value!r}")
+
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, where)
+            except ConfigError as e:
+                errors.append(e)
+        raise bad(" or ".join(_type_name(a) for a in args))
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{where}key '{key}': must be one of {list(typing.get_args(tp))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise bad("a mapping")
+        return _build(tp, value, key, where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad("bool")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("int")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("float")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad("str")
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise bad(f"a list of {len(args)} values")
+        return tuple(_coerce(v, a, f"{key}[{i}]", where) for i, (v, a) in enumerate(zip(value, args)))
+    if origin is list:
+        (arg,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise bad("a list")
+        return [_coerce(v, arg, f"{key}[{i}]", where) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad("a mapping")
+        return dict(value)
+    raise ConfigError(f"{where}key '{key}': unsupported field type {tp}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str, where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if k not in names:
+            raise ConfigError(f"{where}unknown key '{key}' (known: {', '.join(sorted(names))})")
+        kwargs[k] = _coerce(v, hints[k], key, where)
+    return cls(**kwargs)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in ("options",):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ConfigError(f"config file not found: {p}")
+        return p
+    p = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not p.exists():
+        known = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+        raise ConfigError(f"unknown config '{name_or_path}' (known in {CONFIG_DIR}: {', '.join(known)})")
+    return p
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: circular 'extends'")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    parent = data.pop("extends", None)
+    # Validate each file on its own so an error names the file that holds the bad key.
+    _build(TrainConfig, data, "", f"{path}: ")
+    if parent:
+        base = _read_yaml((path.parent / parent), seen + (path,))
+        data = _deep_merge(base, data)
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like key.sub=value")
+    key, raw = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    data = _deep_merge({}, data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{text}': '{part}' is not a section")
+        node[path[-1]] = value
+    return data
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Defaults <- YAML file (with its `extends` chain) <- dotted CLI overrides; then validated."""
+    data: dict[str, Any] = {}
+    where = ""
+    if name_or_path:
+        path = resolve_config_path(name_or_path)
+        data = _read_yaml(path)
+        where = f"{path}: "
+    if overrides:
+        _build(TrainConfig, apply_overrides({}, overrides), "", "command line: ")
+        data = apply_overrides(data, overrides)
+    cfg = _build(TrainConfig, data, "", where)
+    cfg.validate()
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
+    cfg = _build(TrainConfig, data, "", where)
+    cfg.validate()
+    return cfg
+
+
+def save_config(cfg: TrainConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -1,0 +1,337 @@
+"""HAPPO trainer for DEAR: `python -m train.happo --config gsm8k|smoke|sim|PATH.yaml [key.sub=value ...]`.
+
+    python -m train.happo --config gsm8k                       # embedded Qwen on GSM8K train, local Ray
+    python -m train.happo --config smoke                       # tiny real-model run (minutes)
+    python -m train.happo --config sim run.iterations=50       # synthetic debaters (labelled synthetic)
+    python -m train.happo --resume runs/RUN_DIR                # continue exactly where it stopped
+    python -m train.happo --config gsm8k --ray-address auto    # join an existing Ray cluster
+
+The learner (HAPPO update) runs in the driver; rollouts run on Ray actors (`rollout.num_workers`, 0 =
+in-process). Every scalar goes to RUN_DIR/metrics.{csv,jsonl}; checkpoints to RUN_DIR/checkpoints/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import yaml
+
+from dear.policy import Critic, JointPolicy
+from dear.regulator import state_dim
+from train.algorithm import HAPPO, seed_for
+from train.buffer import RolloutBatch
+from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
+from train.config import TrainConfig, config_from_dict, load_config, save_config, apply_overrides
+from train.logger import RunLogger
+from train.workers import (
+    ChunkSpec,
+    EpisodeStats,
+    LocalPool,
+    make_chunks,
+    make_policy,
+    make_pool,
+    run_chunk,
+)
+
+
+class TrainingError(RuntimeError):
+    """Training stopped (NaN in a loss or an observation); the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    iterations: int
+    global_step: int
+    last_metrics: dict[str, float]
+    interrupted: bool = False
+
+
+def summarize_episodes(episodes: Sequence[EpisodeStats]) -> dict[str, float]:
+    """Rollout metrics of a set of debates (pooled HCR/BCR: sum of numerators / sum of denominators)."""
+    if not episodes:
+        return {}
+
+    def mean(xs):
+        xs = [x for x in xs if not (isinstance(x, float) and math.isnan(x))]
+        return float(np.mean(xs)) if xs else math.nan
+
+    hcr_den, bcr_den = sum(e.hcr_den for e in episodes), sum(e.bcr_den for e in episodes)
+    return {
+        "rollout/reward": mean([e.episode_return for e in episodes]),
+        "rollout/reward_correct": mean([e.reward_correct for e in episodes]),
+        "rollout/reward_tokens": mean([e.reward_tokens for e in episodes]),
+        "rollout/accuracy": mean([float(e.final_correct) for e in episodes]),
+        "rollout/round0_accuracy": mean([e.round0_accuracy for e in episodes]),
+        "rollout/tokens_per_question": mean([e.tokens for e in episodes]),
+        "rollout/prompt_tokens_per_question": mean([e.prompt_tokens for e in episodes]),
+        "rollout/completion_tokens_per_question": mean([e.completion_tokens for e in episodes]),
+        "rollout/hcr": sum(e.hcr_num for e in episodes) / hcr_den if hcr_den else math.nan,
+        "rollout/hcr_cases": float(hcr_den),
+        "rollout/bcr": sum(e.bcr_num for e in episodes) / bcr_den if bcr_den else math.nan,
+        "rollout/bcr_cases": float(bcr_den),
+        "rollout/tie_rate": mean([float(e.tie) for e in episodes]),
+        "rollout/failed_debates": float(sum(e.failed for e in episodes)),
+        "rollout/mean_temperature": mean([e.mean_temperature for e in episodes]),
+        "rollout/mean_top_p": mean([e.mean_top_p for e in episodes]),
+        "rollout/mask_density": mean([e.mask_density for e in episodes]),
+        "rollout/episodes": float(len(episodes)),
+    }
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    tag = "-synthetic" if cfg.llm.synthetic else ""
+    base = Path(cfg.run.out_dir) / f"{cfg.run.name}{tag}-seed{cfg.run.seed}-{stamp}"
+    path, k = base, 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}"), k + 1
+    return path
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, resume: bool = False,
+                 ray_address: str | None = None, progress: bool | None = None):
+        self.cfg = cfg
+        torch.set_num_threads(max(1, cfg.run.torch_threads))
+        self.synthetic = cfg.llm.synthetic
+        if resume:
+            if run_dir is None:
+                raise ValueError("resume needs a run directory")
+            self.run_dir = Path(run_dir)
+        else:
+            self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.config_yaml = (self.run_dir / "config.yaml").read_text()
+
+        self.policy: JointPolicy = make_policy(cfg)
+        self.critic = Critic(state_dim(cfg.env.num_agents), cfg.policy.critic_hidden)
+        self.learner = HAPPO(self.policy, self.critic, cfg.happo, cfg.run.device)
+        self.counters = Counters()
+        self.last_good: Path | None = None
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is None:
+                raise FileNotFoundError(f"--resume {self.run_dir}: no checkpoint in {self.run_dir / 'checkpoints'}")
+            self.counters, _ = load_checkpoint(ckpt, self.learner)
+            self.last_good = ckpt
+        self.logger = RunLogger(
+            self.run_dir, self.synthetic, cfg.run.iterations, start_iteration=self.counters.iteration,
+            use_wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
+            progress=cfg.logging.progress if progress is None else progress)
+        self.pool = make_pool(cfg, ray_address)
+        if getattr(self.pool, "synthetic", self.synthetic) != self.synthetic:
+            raise ValueError(f"backend synthetic={self.pool.synthetic} but config says {self.synthetic}")
+        self._in_update = False
+        self._stop_requested = False
+        self._t_start = time.perf_counter()
+        self._steps_at_start = self.counters.global_step
+
+    # -- signals -----------------------------------------------------------------------------------
+    def _on_signal(self, signum, frame):
+        if self._stop_requested:  # second signal: stop now
+            raise KeyboardInterrupt
+        self._stop_requested = True
+        if not self._in_update:
+            raise KeyboardInterrupt  # abandon the half-collected rollout; state = last finished iteration
+        self.logger.write(f"signal {signum}: finishing the current update, then checkpointing")
+
+    def checkpoint(self) -> Path:
+        path = save_checkpoint(self.run_dir, self.learner, self.counters, self.config_yaml,
+                               extra={"synthetic": self.synthetic})
+        self.last_good = path
+        return path
+
+    # -- one iteration -----------------------------------------------------------------------------
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    def iteration(self) -> dict[str, float]:
+        cfg = self.cfg
+        it = self.counters.iteration
+        t0 = time.perf_counter()
+        chunks = make_chunks(cfg, it)
+        report = self.pool.collect(self.weights(), chunks)
+        batch = RolloutBatch.concat([r.batch for r in report.results])
+        episodes = [e for r in report.results for e in r.episodes]
+        t_rollout = time.perf_counter() - t0
+        try:
+            batch.check_finite()
+        except FloatingPointError as e:
+            raise TrainingError(f"iteration {it}: {e}") from e
+        gen = torch.Generator().manual_seed(seed_for(cfg.run.seed, it, 1_000_003))
+        self._in_update = True
+        try:
+            stats = self.learner.update(batch, gen)
+        except FloatingPointError as e:
+            raise TrainingError(f"iteration {it}: {e}") from e
+        n_steps = batch.rewards.numel()
+        self.counters.iteration += 1
+        self.counters.global_step += n_steps
+        self.counters.episodes += batch.num_episodes
+        self.counters.worker_restarts += report.worker_restarts
+        self.counters.episodes_redone += report.episodes_redone
+        self.counters.tokens += int(sum(e.tokens for e in episodes))
+        self._in_update = False
+        t_total = time.perf_counter() - t0
+        elapsed = time.perf_counter() - self._t_start
+        llm_s = sum(r.llm_time_s for r in report.results)
+        env_s = sum(r.env_time_s for r in report.results)
+        stats.update(summarize_episodes(episodes))
+        stats.update({
+            "charts/SPS": (self.counters.global_step - self._steps_at_start) / max(elapsed, 1e-9),
+            "charts/iteration_SPS": n_steps / max(t_total, 1e-9),
+            "charts/episodes": float(self.counters.episodes),
+            "charts/learning_rate_selection": self.learner.optimizers["selection"].param_groups[0]["lr"],
+            "charts/learning_rate_behavior": self.learner.optimizers["behavior"].param_groups[0]["lr"],
+            "charts/worker_restarts": float(self.counters.worker_restarts),
+            "charts/episodes_redone": float(self.counters.episodes_redone),
+            "time/iteration_s": t_total,
+            "time/rollout_s": t_rollout,
+            "time/update_s": t_total - t_rollout,
+            "time/llm_share_of_env": llm_s / env_s if env_s > 0 and not math.isnan(llm_s) else math.nan,
+            # LLM time per worker (workers run in parallel) over the whole iteration, rollout + update.
+            "time/llm_share_of_iteration": (llm_s / max(1, cfg.rollout.num_workers)) / t_total
+            if not math.isnan(llm_s) else math.nan,
+        })
+        return stats
+
+    def train(self) -> TrainResult:
+        cfg = self.cfg
+        old_int = signal.signal(signal.SIGINT, self._on_signal)
+        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        stats: dict[str, float] = {}
+        interrupted = False
+        try:
+            while self.counters.iteration < cfg.run.iterations:
+                stats = self.iteration()
+                row = self.logger.log(self.counters.iteration, self.counters.global_step, stats)
+                self.logger.progress(self.counters.iteration, stats["charts/SPS"], stats["rollout/reward"],
+                                     stats["rollout/accuracy"])
+                if not all(math.isfinite(v) for k, v in stats.items() if k.startswith("losses/") and k !=
+                           "losses/explained_variance" and isinstance(v, float)):
+                    bad = [k for k, v in stats.items() if k.startswith("losses/") and isinstance(v, float)
+                           and not math.isfinite(v) and k != "losses/explained_variance"]
+                    raise TrainingError(f"iteration {self.counters.iteration}: non-finite losses {bad}")
+                if (self.counters.iteration % cfg.run.checkpoint_every == 0
+                        or self.counters.iteration == cfg.run.iterations or self._stop_requested):
+                    self.checkpoint()
+                if self._stop_requested:
+                    interrupted = True
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+            if not self._in_update:
+                path = self.checkpoint()
+                self.logger.write(f"interrupted: checkpoint of iteration {self.counters.iteration} at {path}")
+        except TrainingError as e:
+            where = self.last_good or "none (no checkpoint was written yet)"
+            raise TrainingError(f"{e}. Training stopped; last good checkpoint: {where}") from e
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+        summary = {"iterations": self.counters.iteration, "global_step": self.counters.global_step,
+                   "interrupted": interrupted, "synthetic": self.synthetic,
+                   "last_checkpoint": str(self.last_good) if self.last_good else None,
+                   "metrics": {self.logger.name(k): v for k, v in stats.items()}}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        return TrainResult(self.run_dir, self.counters.iteration, self.counters.global_step, stats, interrupted)
+
+    def close(self) -> None:
+        self.logger.close()
+        self.pool.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Evaluation of a policy on fixed seeded debates (used by the learning check and the bench)
+
+
+def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, deterministic: bool = True,
+             split: str | None = None) -> dict[str, float]:
+    """Run `episodes` debates in-process under `policy`; same (cfg, episodes, seed, split) = same debates."""
+    ecfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, split=split or cfg.env.split),
+                               rollout=dataclasses.replace(cfg.rollout, num_workers=0))
+    pool = LocalPool(ecfg)
+    try:
+        n = ecfg.rollout.envs_per_worker
+        eps: list[EpisodeStats] = []
+        for c in range(math.ceil(episodes / n)):
+            rng = np.random.default_rng(seed_for(seed, 7_777_777, c))
+            spec = ChunkSpec(iteration=-1, index=c, env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, n)),
+                             torch_seed=int(rng.integers(0, 2**62)))
+            eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.rounds, deterministic).episodes
+        return summarize_episodes(eps[:episodes])
+    finally:
+        pool.close()
+
+
+def mad_policy(cfg: TrainConfig) -> JointPolicy:
+    """The MAD baseline in the policy slot: full mask, fixed sampling (policy.fixed_temperature/top_p)."""
+    mcfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, selection_mode="full",
+                                                               behavior_mode="fixed"))
+    return make_policy(mcfg)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CLI
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m train.happo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="gsm8k | smoke | sim | path/to/config.yaml")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("--ray-address", default=None, help="join an existing Ray cluster (e.g. 'auto' or host:port)")
+    p.add_argument("--run-dir", default=None, help="explicit run directory (default: run.out_dir/NAME-...)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.episodes_per_iter=8")
+    args = p.parse_args(argv)
+    if not args.config and not args.resume:
+        p.error("give --config NAME_OR_PATH or --resume RUN_DIR")
+    return args
+
+
+def build_config(args: argparse.Namespace) -> TrainConfig:
+    if args.resume:
+        saved = Path(args.resume) / "config.yaml"
+        if not saved.exists():
+            raise FileNotFoundError(f"--resume {args.resume}: no config.yaml in the run directory")
+        data = yaml.safe_load(saved.read_text())
+        data = apply_overrides(data, list(args.overrides))  # e.g. run.iterations=400 to extend a run
+        return config_from_dict(data, f"{saved}: ")
+    return load_config(args.config, list(args.overrides))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = build_config(args)
+    trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
+                      resume=bool(args.resume), ray_address=args.ray_address)
+    trainer.logger.write(f"run dir: {trainer.run_dir}  backend: {cfg.llm.backend_spec()}  "
+                         f"workers: {cfg.rollout.num_workers}  start iteration: {trainer.counters.iteration}")
+    try:
+        result = trainer.train()
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        trainer.close()
+    trainer.logger.write(f"done: {result.iterations} iterations, {result.global_step} env steps"
+                         f"{' (interrupted)' if result.interrupted else ''}; run dir {result.run_dir}")
+    return 130 if result.interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

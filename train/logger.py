@@ -1,0 +1,105 @@
+"""Run logging: every scalar to CSV + JSONL in the run dir, optional wandb, and a tqdm progress bar.
+
+Synthetic (sim backend) runs are labelled everywhere: each metric name is prefixed `synthetic/`, each
+JSONL row carries `"synthetic": true`, and the run directory name contains "synthetic".
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+SYNTHETIC_PREFIX = "synthetic/"
+
+
+class RunLogger:
+    def __init__(self, run_dir: Path, synthetic: bool, total_iterations: int, start_iteration: int = 0,
+                 use_wandb: bool = False, wandb_project: str = "dear", config: dict | None = None,
+                 progress: bool = True):
+        self.run_dir = Path(run_dir)
+        self.synthetic = synthetic
+        self.jsonl_path = self.run_dir / "metrics.jsonl"
+        self.csv_path = self.run_dir / "metrics.csv"
+        self._truncate_after(start_iteration)
+        self._columns: list[str] = []
+        if self.csv_path.exists():
+            with self.csv_path.open() as f:
+                self._columns = next(csv.reader(f), [])
+        self._wandb = None
+        if use_wandb:
+            try:
+                import wandb  # optional; WANDB_MODE=offline works without network
+            except ImportError:
+                print("[logger] wandb not installed; logging to CSV/JSONL only")
+            else:
+                self._wandb = wandb.init(project=wandb_project, dir=str(self.run_dir), config=config,
+                                         name=self.run_dir.name, id=self.run_dir.name.replace("/", "_"),
+                                         resume="allow")
+        self.bar = tqdm(total=total_iterations, initial=start_iteration, desc="synthetic HAPPO" if synthetic
+                        else "HAPPO", unit="it", disable=not progress, dynamic_ncols=True)
+
+    def name(self, key: str) -> str:
+        return SYNTHETIC_PREFIX + key if self.synthetic and not key.startswith(SYNTHETIC_PREFIX) else key
+
+    def _truncate_after(self, iteration: int) -> None:
+        """On resume, drop rows logged after the checkpoint (they will be produced again)."""
+        if not self.jsonl_path.exists():
+            return
+        rows = [json.loads(x) for x in self.jsonl_path.read_text().splitlines() if x.strip()]
+        keep = [r for r in rows if r["iteration"] <= iteration]
+        self.jsonl_path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        if keep:
+            self._rewrite_csv(keep)
+        elif self.csv_path.exists():
+            self.csv_path.unlink()
+
+    def _rewrite_csv(self, rows: list[dict]) -> None:
+        cols: list[str] = []
+        for r in rows:
+            cols += [k for k in r if k not in cols]
+        with self.csv_path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+        self._columns = cols
+
+    def log(self, iteration: int, global_step: int, scalars: dict[str, float]) -> dict[str, Any]:
+        row: dict[str, Any] = {"iteration": iteration, "global_step": global_step, "time": time.time(),
+                               "synthetic": self.synthetic}
+        row.update({self.name(k): (None if isinstance(v, float) and math.isnan(v) else v)
+                    for k, v in scalars.items()})
+        with self.jsonl_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if not self._columns or any(k not in self._columns for k in row):
+            rows = [json.loads(x) for x in self.jsonl_path.read_text().splitlines() if x.strip()]
+            self._rewrite_csv(rows)
+        else:
+            with self.csv_path.open("a", newline="") as f:
+                csv.DictWriter(f, fieldnames=self._columns).writerow(row)
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=global_step)
+        return row
+
+    def progress(self, iteration: int, sps: float, reward: float, accuracy: float) -> None:
+        self.bar.n = iteration
+        self.bar.set_postfix(SPS=f"{sps:.2f}", reward=f"{reward:+.3f}", acc=f"{accuracy:.3f}", refresh=False)
+        self.bar.refresh()
+
+    def write(self, msg: str) -> None:
+        tqdm.write(("[synthetic] " if self.synthetic else "") + msg)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -1,0 +1,473 @@
+"""Rollout collection: in-process or on Ray actors, with the LLM engine as a shared Ray actor.
+
+Work unit = a *chunk*: one vector env batch of `envs_per_worker` debates run for R steps. Each chunk's
+randomness (the sub-debates' env seeds and the torch seed of policy sampling) is derived from
+(run seed, iteration, chunk index) only, so results do not depend on the number of workers, on which
+worker ran a chunk, or on whether a chunk was redone after a worker died; this is also what makes a
+resumed run identical to an uninterrupted one.
+
+The trainer talks to engines only through the `Backend` interface: a `RemoteBackend` proxy forwards
+`generate()` to the `LLMEngine` actor that owns the real backend.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dear.llm.base import Backend, ChatRequest, Completion
+from dear.metrics import conformity
+from dear.policy import JointPolicy
+from train.algorithm import seed_for
+from train.buffer import RolloutBatch
+from train.config import TrainConfig
+
+
+# ---------------------------------------------------------------------------------------------------
+# Specs and results (typed, never positional tuples)
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    iteration: int
+    index: int  # chunk index within the iteration
+    env_seeds: tuple[int, ...]  # one per sub-debate
+    torch_seed: int
+
+
+@dataclass
+class EpisodeStats:
+    question_id: str
+    final_correct: bool
+    episode_return: float
+    reward_correct: float
+    reward_tokens: float
+    tokens: int
+    prompt_tokens: int
+    completion_tokens: int
+    tie: bool
+    failed: bool
+    hcr_num: int
+    hcr_den: int
+    bcr_num: int
+    bcr_den: int
+    round0_accuracy: float  # plurality of round 0 (for "did the debate help")
+    mean_temperature: float
+    mean_top_p: float
+    mask_density: float
+
+
+@dataclass
+class ChunkResult:
+    spec: ChunkSpec
+    batch: RolloutBatch
+    episodes: list[EpisodeStats]
+    env_time_s: float  # wall time of the chunk
+    llm_time_s: float  # time inside backend.generate
+
+
+def make_chunks(cfg: TrainConfig, iteration: int) -> list[ChunkSpec]:
+    n = cfg.rollout.envs_per_worker
+    count = math.ceil(cfg.rollout.episodes_per_iter / n)
+    chunks = []
+    for c in range(count):
+        base = seed_for(cfg.run.seed, iteration, c)
+        rng = np.random.default_rng(base)
+        chunks.append(ChunkSpec(iteration=iteration, index=c,
+                                env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, size=n)),
+                                torch_seed=int(rng.integers(0, 2**62))))
+    return chunks
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building the policy and the env from the config
+
+
+def policy_config(cfg: TrainConfig):
+    from dear.policy import PolicyConfig
+
+    p = cfg.policy
+    return PolicyConfig(
+        n_agents=cfg.env.num_agents, selection_mode=p.selection_mode, behavior_mode=p.behavior_mode,
+        fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.init_log_std,
+        temp_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
+        fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
+    )
+
+
+def make_policy(cfg: TrainConfig) -> JointPolicy:
+    torch.manual_seed(cfg.run.seed)  # network initialisation
+    return JointPolicy(policy_config(cfg))
+
+
+def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    kwargs = dict(cfg.llm.options)
+    return kwargs
+
+
+def make_local_backend(cfg: TrainConfig) -> Backend:
+    from dear.llm.registry import make_backend
+
+    backend = make_backend(cfg.llm.backend_spec(), **backend_kwargs(cfg))
+    if cfg.llm.cache:
+        from dear.llm.cache import CachedBackend
+
+        backend = CachedBackend(backend, cfg.llm.cache)
+    return backend
+
+
+class _TimedBackend(Backend):
+    """Measures time spent inside generate() (the "LLM share" of an iteration)."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.synthetic = inner.synthetic
+        self.context_length = inner.context_length
+        self.seconds = 0.0
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.generate(requests)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _rollout_env_class():
+    from envs.vector_env import DebateVectorEnv
+
+    class RolloutVectorEnv(DebateVectorEnv):
+        """DebateVectorEnv without autoreset: every chunk starts with an explicit seeded reset, so the
+        round 0 of debates that would never be stepped is not generated (a third of all LLM calls at R=2).
+        Relies on DebateVectorEnv restarting finished debates through `_start` inside `step`."""
+
+        _in_step = False
+
+        def _start(self, envs, question_indices=None):
+            if not self._in_step:
+                super()._start(envs, question_indices)
+
+        def step(self, actions):
+            self._in_step = True
+            try:
+                return super().step(actions)
+            finally:
+                self._in_step = False
+
+    return RolloutVectorEnv
+
+
+def make_vector_env(cfg: TrainConfig, backend: Backend):
+    e = cfg.env
+    kwargs = dict(
+        num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
+        encoder=e.encoder, n_agents=e.num_agents, n_rounds=e.rounds, temp_range=e.temperature_range,
+        top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
+    )
+    kwargs.update(e.options)
+    return _rollout_env_class()(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One chunk
+
+
+def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
+    def get(key):
+        return info[key][k]
+
+    answers, correct = get("answers_per_round"), get("correct_per_round")
+    answers = [list(a) for a in answers]
+    correct = [[bool(c) for c in row] for row in correct]
+    conf = conformity(answers, correct)
+    masks = np.asarray(get("masks_per_round"), dtype=float) if get("masks_per_round") is not None else None
+    trace = get("trace")
+    temps, tops = [], []
+    for rnd in getattr(trace, "rounds", [])[1:]:
+        for t in getattr(rnd, "turns", rnd if isinstance(rnd, list) else []):
+            temps.append(float(getattr(t, "temperature", math.nan)))
+            tops.append(float(getattr(t, "top_p", math.nan)))
+    v = len(correct[0])
+    if masks is not None and masks.size:
+        density = float(masks[1:].sum() / max(1, (masks.shape[0] - 1) * v * (v - 1))) if masks.ndim == 3 else math.nan
+    else:
+        density = math.nan
+    counts: dict[Any, int] = {}
+    for a in answers[0]:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    r0 = 0.0
+    if counts:
+        top = max(counts.values())
+        leaders = [a for a, c in counts.items() if c == top]
+        key_ok = {a: c for a, c in zip(answers[0], correct[0]) if a is not None}
+        r0 = float(np.mean([key_ok[a] for a in leaders]))
+    return EpisodeStats(
+        question_id=str(info["question_id"][k]) if "question_id" in info else "",
+        final_correct=bool(get("final_correct")), episode_return=float(get("episode_return")),
+        reward_correct=float(get("reward_correct")), reward_tokens=float(get("reward_tokens")),
+        tokens=int(get("tokens_total")), prompt_tokens=int(get("prompt_tokens")),
+        completion_tokens=int(get("completion_tokens")), tie=bool(get("tie")), failed=bool(get("failed")),
+        hcr_num=conf.hcr.num, hcr_den=conf.hcr.den, bcr_num=conf.bcr.num, bcr_den=conf.bcr.den,
+        round0_accuracy=r0, mean_temperature=float(np.nanmean(temps)) if temps else math.nan,
+        mean_top_p=float(np.nanmean(tops)) if tops else math.nan, mask_density=density,
+    )
+
+
+def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, deterministic: bool = False) -> ChunkResult:
+    """Run `venv.num_envs` debates of `n_steps` rounds under `policy`; every debate ends at the last step."""
+    t0 = time.perf_counter()
+    timed = venv.core.backend if isinstance(venv.core.backend, _TimedBackend) else None
+    llm0 = timed.seconds if timed else 0.0
+    torch.manual_seed(spec.torch_seed)
+    obs, _ = venv.reset(seed=list(spec.env_seeds))
+    rec: dict[str, list[torch.Tensor]] = {k: [] for k in (
+        "selection_obs", "pairs", "behavior_obs", "raw_behavior", "logp_selection", "logp_behavior", "state",
+        "rewards", "dones")}
+    final_info = None
+    for t in range(n_steps):
+        for key in ("selection", "belief", "uncertainty", "state"):
+            if not np.isfinite(obs[key]).all():
+                raise FloatingPointError(f"non-finite observation '{key}' in chunk {spec.index} step {t}")
+        act = policy.act(torch.from_numpy(obs["selection"]), torch.from_numpy(obs["belief"]),
+                         torch.from_numpy(obs["uncertainty"]), deterministic=deterministic)
+        rec["selection_obs"].append(torch.from_numpy(obs["selection"]))
+        rec["state"].append(torch.from_numpy(obs["state"]))
+        rec["pairs"].append(act.pairs)
+        rec["behavior_obs"].append(act.behavior_obs)
+        rec["raw_behavior"].append(act.raw_behavior)
+        rec["logp_selection"].append(act.logp_selection)
+        rec["logp_behavior"].append(act.logp_behavior)
+        obs, rewards, terms, truncs, infos = venv.step(act.env_action())
+        done = np.logical_or(terms, truncs)
+        last = t == n_steps - 1
+        if done.any() != last or (last and not done.all()):
+            raise RuntimeError(f"debates must all end after exactly {n_steps} rounds; got done={done.tolist()} "
+                               f"at step {t}")
+        rec["rewards"].append(torch.as_tensor(rewards, dtype=torch.float32))
+        rec["dones"].append(torch.as_tensor(done, dtype=torch.float32))
+        if last:
+            final_info = infos["final_info"]
+    batch = RolloutBatch(**{k: torch.stack(v, 1).to(torch.float32) for k, v in rec.items()})
+    episodes = [_episode_stats(final_info, k) for k in range(venv.num_envs)]
+    llm = (timed.seconds - llm0) if timed else math.nan
+    return ChunkResult(spec=spec, batch=batch, episodes=episodes, env_time_s=time.perf_counter() - t0, llm_time_s=llm)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Workers
+
+
+class RolloutWorker:
+    """Owns a vector env and a copy of the actors; the Ray actor class wraps this same class."""
+
+    def __init__(self, cfg_dict: dict, worker_index: int, engine=None):
+        from train.config import config_from_dict
+
+        self.cfg = config_from_dict(cfg_dict)
+        torch.set_num_threads(1)
+        self.index = worker_index
+        self.policy = make_policy(self.cfg)
+        backend = RemoteBackend(engine) if engine is not None else make_local_backend(self.cfg)
+        self.backend = _TimedBackend(backend)
+        self.venv = make_vector_env(self.cfg, self.backend)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.policy.load_state_dict(weights)
+
+    def rollout(self, weights: dict[str, torch.Tensor] | None, chunks: list[ChunkSpec],
+                deterministic: bool = False) -> list[ChunkResult]:
+        if weights is not None:
+            self.set_weights(weights)
+        return [run_chunk(self.venv, self.policy, c, self.cfg.env.rounds, deterministic) for c in chunks]
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+class LLMEngine:
+    """Owns one real backend (llama.cpp / vLLM / HTTP client / sim); shared by the rollout workers."""
+
+    def __init__(self, cfg_dict: dict):
+        from train.config import config_from_dict
+
+        self.backend = make_local_backend(config_from_dict(cfg_dict))
+
+    def info(self) -> dict[str, Any]:
+        b = self.backend
+        return {"model_id": b.model_id, "synthetic": bool(b.synthetic), "context_length": b.context_length}
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        return self.backend.generate(requests)
+
+    def count_tokens(self, text: str) -> int:
+        return self.backend.count_tokens(text)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class RemoteBackend(Backend):
+    """Backend proxy: forwards generate()/count_tokens() to an `LLMEngine` Ray actor."""
+
+    def __init__(self, engine):
+        import ray
+
+        self._ray = ray
+        self.engine = engine
+        info = ray.get(engine.info.remote())
+        self.model_id, self.synthetic, self.context_length = info["model_id"], info["synthetic"], info["context_length"]
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        return self._ray.get(self.engine.generate.remote(list(requests)))
+
+    def count_tokens(self, text: str) -> int:
+        return self._ray.get(self.engine.count_tokens.remote(text))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pools
+
+
+@dataclass
+class RolloutReport:
+    results: list[ChunkResult]
+    worker_restarts: int = 0
+    episodes_redone: int = 0
+    wall_s: float = 0.0
+
+
+class LocalPool:
+    """`rollout.num_workers: 0`: one in-process worker, no Ray (tests, debugging)."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.worker = RolloutWorker(cfg.to_dict(), 0)
+        self.synthetic = self.worker.backend.synthetic
+
+    def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec]) -> RolloutReport:
+        t0 = time.perf_counter()
+        results = self.worker.rollout(weights, chunks)
+        return RolloutReport(results=results, wall_s=time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Join a cluster (`--ray-address`) or start a local Ray with the machine's CPUs."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True,
+                 configure_logging=True, logging_level="warning")
+
+
+class RayPool:
+    """Rollout workers as Ray actors (each with its vector env) + a shared LLM engine actor.
+
+    A worker that dies is killed for good and recreated; its chunks are redone with the same seeds (so the
+    results are unchanged) and counted in `worker_restarts` / `episodes_redone`.
+    """
+
+    def __init__(self, cfg: TrainConfig, address: str | None = None):
+        import ray
+
+        init_ray(address)
+        self.ray = ray
+        self.cfg = cfg
+        self.cfg_dict = cfg.to_dict()
+        placement = cfg.llm.placement
+        if placement == "auto":
+            placement = "in_worker" if cfg.llm.synthetic else "engine"
+        self.engine = None
+        if placement == "engine":
+            engine_cls = ray.remote(LLMEngine).options(
+                num_cpus=cfg.rollout.engine_num_cpus, max_concurrency=max(2, 2 * cfg.rollout.num_workers),
+                name=None)
+            self.engine = engine_cls.remote(self.cfg_dict)
+            info = ray.get(self.engine.info.remote())  # surfaces engine start-up errors here
+            self.synthetic = bool(info["synthetic"])
+        else:
+            self.synthetic = cfg.llm.synthetic
+        self._worker_cls = ray.remote(RolloutWorker).options(num_cpus=cfg.rollout.worker_num_cpus, max_restarts=0)
+        self.workers = [self._spawn(i) for i in range(cfg.rollout.num_workers)]
+        ray.get([w.pid.remote() for w in self.workers])  # fail fast on construction errors
+        self.total_restarts = 0
+
+    def _spawn(self, index: int):
+        return self._worker_cls.remote(self.cfg_dict, index, self.engine)
+
+    def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec]) -> RolloutReport:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        t0 = time.perf_counter()
+        ref = self.ray.put(weights)  # broadcast once per iteration
+        n = len(self.workers)
+        assignment = {i: chunks[i::n] for i in range(n)}
+        pending = {i: self.workers[i].rollout.remote(ref, assignment[i]) for i in range(n) if assignment[i]}
+        results: dict[int, ChunkResult] = {}
+        restarts = redone = 0
+        while pending:
+            for i, fut in list(pending.items()):
+                try:
+                    for r in self.ray.get(fut):
+                        results[r.spec.index] = r
+                    del pending[i]
+                except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+                    self.total_restarts += 1
+                    restarts += 1
+                    if self.total_restarts > self.cfg.rollout.max_worker_restarts * max(1, n):
+                        raise RuntimeError(f"rollout worker {i} died too often ({self.total_restarts} restarts): "
+                                           f"{err}") from err
+                    redone += sum(len(c.env_seeds) for c in assignment[i])
+                    print(f"[rollout] worker {i} died ({type(err).__name__}); restarting it and redoing "
+                          f"{len(assignment[i])} chunk(s)", flush=True)
+                    try:
+                        self.ray.kill(self.workers[i], no_restart=True)
+                    except Exception:
+                        pass
+                    self.workers[i] = self._spawn(i)
+                    pending[i] = self.workers[i].rollout.remote(ref, assignment[i])
+        ordered = [results[c.index] for c in chunks]
+        return RolloutReport(results=ordered, worker_restarts=restarts, episodes_redone=redone,
+                             wall_s=time.perf_counter() - t0)
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                self.ray.kill(w)
+            except Exception:
+                pass
+        if self.engine is not None:
+            try:
+                self.ray.get(self.engine.close.remote(), timeout=30)
+            except Exception:
+                pass
+            self.ray.kill(self.engine)
+
+
+def make_pool(cfg: TrainConfig, address: str | None = None):
+    return LocalPool(cfg) if cfg.rollout.num_workers == 0 else RayPool(cfg, address)
