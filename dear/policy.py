@@ -170,6 +170,50 @@ def _layer(inp: int, out: int, std: float = math.sqrt(2)) -> nn.Linear:
     return layer
 
 
+class RunningNorm(nn.Module):
+    """Per-feature running standardisation of network inputs (as CleanRL's NormalizeObservation).
+
+    The DEAR features live on very different scales (b_ij ~ 0.17 +- 0.02, u_i ~ 0.65 +- 0.03, Ê ~ 1 +- 0.6),
+    so without it the first layer sees near-constant inputs. A per-sample LayerNorm (HARL's
+    `use_feature_normalization`) would not help: it rescales each vector as a whole and leaves a 0.02 spread
+    tiny. Statistics are buffers (saved with the weights, broadcast to workers, exported) and are updated
+    only by the learner, after an update, with exact float64 parallel Welford (resume stays bit-exact).
+    Features with zero variance so far (e.g. a fixed one-hot position) map to 0.
+    """
+
+    def __init__(self, dim: int, clip: float = 5.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.detach().reshape(-1, self.mean.shape[0]).to(torch.float64)
+        if x.shape[0] == 0:
+            return
+        b_mean, b_var, b_n = x.mean(0), x.var(0, unbiased=False), float(x.shape[0])
+        if self.count.item() == 0:
+            self.mean.copy_(b_mean)
+            self.var.copy_(b_var)
+            self.count.fill_(b_n)
+            return
+        delta = b_mean - self.mean
+        total = self.count + b_n
+        m2 = self.var * self.count + b_var * b_n + delta.pow(2) * self.count * b_n / total
+        self.mean.add_(delta * b_n / total)
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.count.item() == 0:  # no statistics yet: identity
+            return x
+        mean, var = self.mean.to(x.dtype), self.var.to(x.dtype)
+        z = (x - mean) * torch.where(var > self.eps, var.clamp_min(self.eps).rsqrt(), torch.zeros_like(var))
+        return z.clamp(-self.clip, self.clip)
+
+
 def _mlp(inp: int, hidden: int, out: int, out_std: float) -> nn.Sequential:
     return nn.Sequential(
         _layer(inp, hidden), nn.Tanh(), _layer(hidden, hidden), nn.Tanh(), _layer(hidden, out, std=out_std)
@@ -187,13 +231,14 @@ class SelectionPolicy(nn.Module):
         self.n_agents = n_agents
         self.obs_dim = selection_obs_dim(n_agents)
         self.n_pairs = n_pairs(n_agents)
+        self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, self.n_pairs, out_std=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (B, V(V-1)) in `pair_order`."""
         if obs.shape[-1] != self.obs_dim:
             raise ValueError(f"selection obs: expected last dim {self.obs_dim}, got {tuple(obs.shape)}")
-        return self.net(obs)
+        return self.net(self.obs_norm(obs))
 
     def distribution(self, obs: torch.Tensor) -> Independent:
         """Joint distribution over the pair vector; ``log_prob``/``entropy`` are summed over pairs -> (B,)."""
@@ -211,6 +256,7 @@ class BehaviorPolicy(nn.Module):
         super().__init__()
         self.n_agents = n_agents
         self.obs_dim = behavior_obs_dim(n_agents)
+        self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, 2, out_std=0.01)
         self.log_std = nn.Parameter(torch.full((2,), float(log_std_init)))
 
@@ -223,7 +269,7 @@ class BehaviorPolicy(nn.Module):
         """Mean (B, V, 2) of the raw behavior values."""
         if obs.shape[-1] != self.obs_dim:
             raise ValueError(f"behavior obs: expected last dim {self.obs_dim}, got {tuple(obs.shape)}")
-        return self.net(obs)
+        return self.net(self.obs_norm(obs))
 
     def distribution(self, obs: torch.Tensor) -> Independent:
         """Joint Gaussian over (V, 2); ``log_prob``/``entropy`` are summed over agents and dims -> (B,)."""
@@ -238,13 +284,14 @@ class Critic(nn.Module):
     def __init__(self, state_dim: int, hidden: int = 128):
         super().__init__()
         self.state_dim = state_dim
+        self.obs_norm = RunningNorm(state_dim)
         self.net = _mlp(state_dim, hidden, 1, out_std=1.0)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         """Values (B,)."""
         if state.shape[-1] != self.state_dim:
             raise ValueError(f"critic state: expected last dim {self.state_dim}, got {tuple(state.shape)}")
-        return self.net(state).squeeze(-1)
+        return self.net(self.obs_norm(state)).squeeze(-1)
 
 
 # ---------------------------------------------------------------------------------------------------

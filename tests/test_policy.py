@@ -219,3 +219,25 @@ def test_critic_and_bad_shapes():
         SelectionPolicy(3)(torch.zeros(2, 20))
     with pytest.raises(ValueError, match="pairs"):
         pairs_to_mask(torch.zeros(2, 5), 3)
+
+
+def test_running_norm_matches_batch_statistics_and_is_saved():
+    from dear.policy import RunningNorm, SelectionPolicy
+
+    torch.manual_seed(0)
+    x = torch.randn(300, 4, dtype=torch.float64) * torch.tensor([0.02, 1.0, 5.0, 0.0]) + 0.17
+    norm = RunningNorm(4)
+    assert torch.equal(norm(x.float()), x.float())  # identity before any statistics
+    for part in torch.tensor_split(x, 3):  # parallel Welford == one pass over all rows
+        norm.update(part)
+    assert torch.allclose(norm.mean, x.mean(0)) and torch.allclose(norm.var, x.var(0, unbiased=False))
+    z = norm(x.float())
+    assert torch.allclose(z[:, :3].std(0, unbiased=False), torch.ones(3), atol=1e-3)
+    assert torch.all(z[:, 3] == 0)  # a constant feature (e.g. a one-hot slot) maps to 0, never NaN/inf
+    # the statistics are buffers: saved with the weights and restored by load_state_dict
+    pol = SelectionPolicy(3)
+    pol.obs_norm.update(torch.rand(10, pol.obs_dim))
+    fresh = SelectionPolicy(3)
+    fresh.load_state_dict(pol.state_dict())
+    obs = torch.rand(5, pol.obs_dim)
+    assert torch.equal(fresh(obs), pol(obs))

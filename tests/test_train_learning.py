@@ -15,7 +15,10 @@ from train.happo import Trainer, evaluate, mad_policy
 
 SEEDS = (1, 2, 3)
 EVAL_EPISODES = 256
-MARGIN = 0.03  # absolute accuracy points (measured: +0.048 mean over the 3 seeds, each seed +0.04..+0.055)
+# Absolute accuracy points. Measured with configs/sim.yaml (20 iterations x 256 debates, running input
+# normalisation): DEAR 0.516 / 0.527 / 0.559 (seeds 1-3, mean 0.534) vs MAD 0.453 = +0.081 mean (each seed
+# +0.063..+0.106); HCR 0.25 vs MAD 0.55. Test time 133 s on 2 cores (under load).
+MARGIN = 0.05
 
 
 @pytest.mark.timeout(900)

@@ -180,6 +180,11 @@ class HAPPO:
             })
         stats.update(self._update_critic(batch, returns, values, generator))
         stats["losses/explained_variance"] = explained_variance(values, returns)
+        if cfg.obs_norm:
+            # After the update, so the next rollout and its PPO ratios use the same statistics.
+            self.policy.selection.obs_norm.update(batch.flat("selection_obs"))
+            self.policy.behavior.obs_norm.update(batch.flat("behavior_obs"))
+            self.critic.obs_norm.update(batch.flat("state"))
         stats["charts/advantage_std_raw"] = float(
             (returns - values).std().item()) if n > 1 else 0.0
         return stats

@@ -123,6 +123,7 @@ class HAPPOConfig:
     num_minibatches: int = 1
     norm_adv: bool = True
     value_norm: bool = True
+    obs_norm: bool = False  # running per-feature standardisation of actor/critic inputs (dear.policy.RunningNorm)
     target_kl: float | None = None  # early stop of an agent's epochs when approx-KL exceeds it
     agent_order: Literal["fixed", "random"] = "fixed"  # fixed = selection then behavior (DESIGN §6)
 

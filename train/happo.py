@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -218,7 +218,7 @@ class Trainer:
         try:
             while self.counters.iteration < cfg.run.iterations:
                 stats = self.iteration()
-                row = self.logger.log(self.counters.iteration, self.counters.global_step, stats)
+                self.logger.log(self.counters.iteration, self.counters.global_step, stats)
                 self.logger.progress(self.counters.iteration, stats["charts/SPS"], stats["rollout/reward"],
                                      stats["rollout/accuracy"])
                 if not all(math.isfinite(v) for k, v in stats.items() if k.startswith("losses/") and k !=

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 from dear.llm.base import Backend, ChatRequest, Completion
 from dear.metrics import conformity
@@ -146,30 +147,6 @@ class _TimedBackend(Backend):
         self.inner.close()
 
 
-def _rollout_env_class():
-    from envs.vector_env import DebateVectorEnv
-
-    class RolloutVectorEnv(DebateVectorEnv):
-        """DebateVectorEnv without autoreset: every chunk starts with an explicit seeded reset, so the
-        round 0 of debates that would never be stepped is not generated (a third of all LLM calls at R=2).
-        Relies on DebateVectorEnv restarting finished debates through `_start` inside `step`."""
-
-        _in_step = False
-
-        def _start(self, envs, question_indices=None):
-            if not self._in_step:
-                super()._start(envs, question_indices)
-
-        def step(self, actions):
-            self._in_step = True
-            try:
-                return super().step(actions)
-            finally:
-                self._in_step = False
-
-    return RolloutVectorEnv
-
-
 def make_vector_env(cfg: TrainConfig, backend: Backend):
     e = cfg.env
     kwargs = dict(
@@ -178,7 +155,12 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
         top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
     )
     kwargs.update(e.options)
-    return _rollout_env_class()(**kwargs)
+    from envs.vector_env import DebateVectorEnv
+
+    # No autoreset: every chunk starts with a seeded reset and all debates end at the same step, so
+    # autoreset would only generate round 0 of debates that are never stepped (a third of all LLM calls
+    # at R = 2). Terminal infos then arrive in the last step's `infos` directly.
+    return DebateVectorEnv(autoreset_mode=AutoresetMode.DISABLED, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -260,7 +242,7 @@ def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determin
         rec["rewards"].append(torch.as_tensor(rewards, dtype=torch.float32))
         rec["dones"].append(torch.as_tensor(done, dtype=torch.float32))
         if last:
-            final_info = infos["final_info"]
+            final_info = infos
     batch = RolloutBatch(**{k: torch.stack(v, 1).to(torch.float32) for k, v in rec.items()})
     episodes = [_episode_stats(final_info, k) for k in range(venv.num_envs)]
     llm = (timed.seconds - llm0) if timed else math.nan

@@ -64,8 +64,8 @@ class Backend(abc.ABC):
         """Token count with the backend's tokenizer where it has one; ~4 chars/token otherwise."""
         return max(1, len(text) // 4)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 (an optional hook: most backends hold nothing to free)
+        """Free the backend's resources (model, server, connections)."""
 
     def __enter__(self):
         return self
