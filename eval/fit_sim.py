@@ -627,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fit", action="store_true", help="with --collect: fit right after collecting")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per loopback request is noise
     command = "python -m eval.fit_sim " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     if args.collect is not None:
         if args.collect < 1:

@@ -377,6 +377,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
 def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> list[report.MethodResult]:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per loopback request is noise
     a = parse_args(argv)
     specs = M.parse_methods(a.methods)
     ckpt = None
