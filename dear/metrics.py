@@ -292,7 +292,7 @@ class MethodSummary:
             "tokens_ci_low": self.total_tokens.low,
             "tokens_ci_high": self.total_tokens.high,
         }
-        for r, (acc, n) in enumerate(zip(self.round_accuracy, self.round_n)):
+        for r, acc in enumerate(self.round_accuracy):
             row[f"acc_round{r}"] = acc
         for r, counts in enumerate(self.transitions):
             for name, c in zip(TRANSITIONS, counts):

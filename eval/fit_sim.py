@@ -588,7 +588,7 @@ def collect(n: int, llm: str, out: str, rounds: int, max_tokens: int, seed: int,
         # chunks: traces reach the disk as they finish, so a long run that is stopped keeps what it did
         for c0 in range(0, len(questions), chunk):
             debates = engine.start(questions[c0 : c0 + chunk])
-            for r in range(1, rounds + 1):
+            for _round in range(1, rounds + 1):
                 controls = []
                 for _ in debates:
                     mask = rng.random((n_agents, n_agents)) < mask_p

@@ -67,7 +67,7 @@ def test_same_step_autoreset_and_episode_stats():
     venv = make(num_envs=n, n_agents=v, n_rounds=rounds, token_cost=0.1)
     obs, infos = venv.reset(seed=2)
     first_ids = list(infos["debate_id"])
-    for r in range(rounds):
+    for _round in range(rounds):
         obs, rew, term, trunc, infos = venv.step(venv.action_space.sample())
     assert term.all() and not trunc.any()
     assert infos["_final_obs"].all() and infos["final_info"]["_final_correct"].all()

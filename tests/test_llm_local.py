@@ -48,7 +48,9 @@ def test_batch_sampling_seed_and_max_tokens(smoke):
 
 def test_seed_reaches_the_sampler(smoke):
     """At temperature 1 the same seed repeats its text and a different seed (almost surely) does not."""
-    make = lambda seed: ChatRequest(PROMPT, temperature=1.0, top_p=1.0, seed=seed, max_tokens=16)
+    def make(seed):
+        return ChatRequest(PROMPT, temperature=1.0, top_p=1.0, seed=seed, max_tokens=16)
+
     a, b, c = smoke.generate([make(11), make(11), make(12)])
     assert a.text == b.text
     assert a.text != c.text

@@ -85,8 +85,8 @@ def test_nan_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
     tr = Trainer(_cfg(tmp_path, "run.iterations=3"), run_dir=tmp_path / "run")
     real_collect = tr.pool.collect
 
-    def poisoned(weights, chunks):
-        report = real_collect(weights, chunks)
+    def poisoned(weights, chunks, on_chunk=None):
+        report = real_collect(weights, chunks, on_chunk)
         if chunks[0].iteration == 1:
             report.results[0].batch.state[0, 0, 0] = math.nan
         return report
@@ -105,10 +105,10 @@ def test_sigint_checkpoints_the_last_finished_iteration(tmp_path):
     tr = Trainer(_cfg(tmp_path, "run.iterations=5", "run.checkpoint_every=100"), run_dir=tmp_path / "run")
     real_collect = tr.pool.collect
 
-    def interrupt_in_third(weights, chunks):
+    def interrupt_in_third(weights, chunks, on_chunk=None):
         if chunks[0].iteration == 2:
             os.kill(os.getpid(), signal.SIGINT)
-        return real_collect(weights, chunks)
+        return real_collect(weights, chunks, on_chunk)
 
     tr.pool.collect = interrupt_in_third
     res = tr.train()
@@ -135,8 +135,12 @@ def test_ray_worker_restart_redoes_episodes(tmp_path):
         assert ref.worker_restarts == 0
         old_pid = ray.get(pool.workers[0].pid.remote())
         ray.kill(pool.workers[0])
-        rep = pool.collect(weights, chunks)
+        progress = []
+        rep = pool.collect(weights, chunks, on_chunk=lambda done, total: progress.append((done, total)))
         assert rep.worker_restarts == 1 and rep.episodes_redone == 8
+        total = sum(len(c.env_seeds) for c in chunks)
+        assert len(progress) == len(chunks) and progress[-1] == (total, total)  # one report per finished chunk
+        assert [d for d, _ in progress] == sorted(d for d, _ in progress)
         assert ray.get(pool.workers[0].pid.remote()) != old_pid
         for a, b in zip(ref.results, rep.results):
             assert torch.equal(a.batch.rewards, b.batch.rewards)

@@ -164,7 +164,7 @@ class Trainer:
         it = self.counters.iteration
         t0 = time.perf_counter()
         chunks = make_chunks(cfg, it)
-        report = self.pool.collect(self.weights(), chunks)
+        report = self.pool.collect(self.weights(), chunks, on_chunk=self.logger.rollout_progress)
         batch = RolloutBatch.concat([r.batch for r in report.results])
         episodes = [e for r in report.results for e in r.episodes]
         t_rollout = time.perf_counter() - t0

@@ -42,6 +42,7 @@ class RunLogger:
                 self._wandb = wandb.init(project=wandb_project, dir=str(self.run_dir), config=config,
                                          name=self.run_dir.name, id=self.run_dir.name.replace("/", "_"),
                                          resume="allow")
+        self._postfix: dict[str, str] = {}
         self.bar = tqdm(total=total_iterations, initial=start_iteration, desc="synthetic HAPPO" if synthetic
                         else "HAPPO", unit="it", disable=not progress, dynamic_ncols=True)
 
@@ -89,8 +90,13 @@ class RunLogger:
 
     def progress(self, iteration: int, sps: float, reward: float, accuracy: float) -> None:
         self.bar.n = iteration
-        self.bar.set_postfix(SPS=f"{sps:.2f}", reward=f"{reward:+.3f}", acc=f"{accuracy:.3f}", refresh=False)
+        self._postfix = {"SPS": f"{sps:.2f}", "reward": f"{reward:+.3f}", "acc": f"{accuracy:.3f}"}
+        self.bar.set_postfix(self._postfix, refresh=False)
         self.bar.refresh()
+
+    def rollout_progress(self, episodes_done: int, episodes_total: int) -> None:
+        """Inside an iteration (minutes per iteration with a real model on CPU): debates finished so far."""
+        self.bar.set_postfix({**self._postfix, "debates": f"{episodes_done}/{episodes_total}"}, refresh=True)
 
     def write(self, msg: str) -> None:
         tqdm.write(("[synthetic] " if self.synthetic else "") + msg)

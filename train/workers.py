@@ -16,7 +16,8 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -343,9 +344,16 @@ class LocalPool:
         self.worker = RolloutWorker(cfg.to_dict(), 0)
         self.synthetic = self.worker.backend.synthetic
 
-    def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec]) -> RolloutReport:
+    def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
+                on_chunk: Callable[[int, int], None] | None = None) -> RolloutReport:
         t0 = time.perf_counter()
-        results = self.worker.rollout(weights, chunks)
+        self.worker.set_weights(weights)
+        results, done, total = [], 0, sum(len(c.env_seeds) for c in chunks)
+        for c in chunks:
+            results += self.worker.rollout(None, [c])
+            done += len(c.env_seeds)
+            if on_chunk:
+                on_chunk(done, total)
         return RolloutReport(results=results, wall_s=time.perf_counter() - t0)
 
     def close(self) -> None:
@@ -402,37 +410,47 @@ class RayPool:
     def _spawn(self, index: int):
         return self._worker_cls.remote(self.cfg_dict, index, self.engine)
 
-    def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec]) -> RolloutReport:
+    def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
+                on_chunk: Callable[[int, int], None] | None = None) -> RolloutReport:
+        """Chunks go round-robin to the workers, one call each, so a finished chunk is never redone and
+        `on_chunk(episodes_done, episodes_total)` reports progress inside a long real-model iteration."""
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
         t0 = time.perf_counter()
         ref = self.ray.put(weights)  # broadcast once per iteration
         n = len(self.workers)
-        assignment = {i: chunks[i::n] for i in range(n)}
-        pending = {i: self.workers[i].rollout.remote(ref, assignment[i]) for i in range(n) if assignment[i]}
+        generation = [0] * n  # bumped when worker i is recreated: its older calls fail but need one restart
+        pending = {}
+        for k, c in enumerate(chunks):
+            pending[self.workers[k % n].rollout.remote(ref, [c])] = (k % n, generation[k % n], c)
         results: dict[int, ChunkResult] = {}
         restarts = redone = 0
+        total = sum(len(c.env_seeds) for c in chunks)
         while pending:
-            for i, fut in list(pending.items()):
-                try:
-                    for r in self.ray.get(fut):
-                        results[r.spec.index] = r
-                    del pending[i]
-                except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+            [fut], _ = self.ray.wait(list(pending), num_returns=1)
+            i, gen, chunk = pending.pop(fut)
+            try:
+                [results[chunk.index]] = self.ray.get(fut)
+                if on_chunk:
+                    on_chunk(sum(len(r.spec.env_seeds) for r in results.values()), total)
+                continue
+            except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+                if gen == generation[i]:
                     self.total_restarts += 1
                     restarts += 1
                     if self.total_restarts > self.cfg.rollout.max_worker_restarts * max(1, n):
                         raise RuntimeError(f"rollout worker {i} died too often ({self.total_restarts} restarts): "
                                            f"{err}") from err
-                    redone += sum(len(c.env_seeds) for c in assignment[i])
-                    print(f"[rollout] worker {i} died ({type(err).__name__}); restarting it and redoing "
-                          f"{len(assignment[i])} chunk(s)", flush=True)
+                    print(f"[rollout] worker {i} died ({type(err).__name__}); restarting it and redoing its "
+                          f"unfinished chunks", flush=True)
                     try:
                         self.ray.kill(self.workers[i], no_restart=True)
                     except Exception:
                         pass
                     self.workers[i] = self._spawn(i)
-                    pending[i] = self.workers[i].rollout.remote(ref, assignment[i])
+                    generation[i] += 1
+            redone += len(chunk.env_seeds)  # same seeds on the new worker: the same episodes
+            pending[self.workers[i].rollout.remote(ref, [chunk])] = (i, generation[i], chunk)
         ordered = [results[c.index] for c in chunks]
         return RolloutReport(results=ordered, worker_restarts=restarts, episodes_redone=redone,
                              wall_s=time.perf_counter() - t0)

@@ -441,7 +441,7 @@ class DebateEngine:
         parsed = prompts.parse_sections(text)
         answer = prompts.extract(text, q) if c.error is None else None
         key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
-        if answer is not None:
+        if answer is not None and q.gold:  # gold "" = unknown (inference): nothing to grade
             g = tasks.grade(answer, q)
             correct, grader = bool(g.correct), g.grader
         else:

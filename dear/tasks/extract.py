@@ -75,8 +75,8 @@ def _boxed_contents(text: str) -> list[str]:
 def _phrase_answer(text: str) -> str | None:
     """The text after the last answer phrase: the rest of its line, or the next non-empty line."""
     last = None
-    for last in _PHRASE.finditer(text):
-        pass
+    for match in _PHRASE.finditer(text):
+        last = match
     if last is None:
         return None
     rest = text[last.end() :]

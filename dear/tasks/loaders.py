@@ -130,7 +130,7 @@ def _choice_gold(answer: Any, texts: Sequence[str], labels: Sequence[str], field
 def load_jsonl(
     path: PathLike,
     question_field: str,
-    answer_field: str,
+    answer_field: str | None,
     kind: AnswerKind,
     choices_field: str | None = None,
     id_field: str | None = None,
@@ -140,7 +140,8 @@ def load_jsonl(
 
     For `choice`, `choices_field` holds a list of option texts, `{"text": [...], "label": [...]}` or
     `{label: text}`, and `answer_field` a label, a 0-based index or the correct option's text. Ids default to
-    `<line number>`. Errors name the file, the line and the field.
+    `<line number>`. Errors name the file, the line and the field. `answer_field=None` loads questions without
+    gold answers (gold ""; inference only: nothing can be graded).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
@@ -154,13 +155,15 @@ def load_jsonl(
         text = _get(rec, question_field, where)
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{where}: field {question_field!r} must be a non-empty string")
-        answer = _get(rec, answer_field, where)
+        answer = _get(rec, answer_field, where) if answer_field else None
         qid = str(_get(rec, id_field, where)) if id_field else str(lineno)
         choices = None
         if kind == "choice":
             assert choices_field is not None
             choices, labels = _choices(_get(rec, choices_field, where), choices_field, where)
-            gold = _choice_gold(answer, choices, labels, answer_field, where)
+            gold = _choice_gold(answer, choices, labels, answer_field, where) if answer_field else ""
+        elif not answer_field:
+            gold = ""
         elif isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip():
             raise ValueError(f"{where}: field {answer_field!r} must be a non-empty string or number")
         else:

@@ -1,0 +1,230 @@
+"""Inference-time DEAR debates with an exported policy (DESIGN §10), on any backend (floor 3).
+
+No trainer, Ray or gym: an exported artifact (`python -m dear.export RUN OUT`) plus a backend spec is all.
+
+    python -m dear.infer --policy results/embedded-gsm8k-math500/policy --llm local \\
+        --question "A pen costs $3 and a notebook twice that. What do 2 pens and 1 notebook cost?"
+    python -m dear.infer --policy POLICY --llm openai:http://127.0.0.1:8000/v1#my-model \\
+        --questions mine.jsonl --question-field problem --kind math --out traces.jsonl
+
+    from dear.infer import RegulatedDebater
+    with RegulatedDebater("POLICY", "local") as debater:
+        result = debater.ask("What is 17 * 23?", kind="integer")
+        print(result.answer, result.answers_per_round, result.controls)
+
+With `--answer-field`, answers are graded and accuracy is printed; without it, gold is unknown and nothing is
+graded. The policy chooses who reads whom and each agent's temperature/top-p from round 1 on; round 0 uses
+the fixed `--temperature`/`--top-p` like training did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dear import tasks
+from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.trace import DebateTrace, write_jsonl
+from dear.evidence import make_encoder
+from dear.export import ExportedPolicy, load_exported
+from dear.llm import Backend, make_backend
+from dear.llm.cache import CachedBackend
+from dear.regulator import RegulatedProtocol, RegulatorRecord
+from dear.tasks import AnswerKind, Question
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_GOLD = ""  # Question.gold for inference questions: the engine does not grade them
+
+
+@dataclass
+class InferenceResult:
+    """One regulated debate: the voted answer, how it got there and what it cost."""
+
+    question_id: str
+    question: str
+    answer: str | None  # the plurality vote's normalised answer (None: nobody gave a parsable answer)
+    tie: bool
+    answers_per_round: list[list[str | None]]  # [round][agent] normalised answers
+    controls: list[RegulatorRecord]  # the regulator's beliefs, mask and sampling before each exchange round
+    prompt_tokens: int
+    completion_tokens: int
+    failed: bool
+    error: str | None
+    correct: bool | None  # None when the gold answer is unknown
+    trace: DebateTrace = field(repr=False)
+
+
+class RegulatedDebater:
+    """Runs DEAR-regulated debates with an exported policy on one backend (closes what it opened)."""
+
+    def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, rounds: int | None = None,
+                 max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
+                 encoder: str | None = None, cache: str | Path | None = None, **backend_options):
+        self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
+        training = self.exported.manifest.get("training", {})
+        if self.exported.synthetic:
+            log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
+                        self.exported.path)
+        self.config = DebateConfig(n_agents=self.exported.n_agents,
+                                   n_rounds=int(rounds if rounds is not None else training.get("rounds", 2)),
+                                   temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed)
+        # The policy saw features from its own encoder; another one changes its inputs (allowed, but say so).
+        self.encoder_spec = encoder or self.exported.encoder
+        if self.encoder_spec != self.exported.encoder:
+            log.warning("encoder %s differs from the one the policy was trained with (%s)",
+                        self.encoder_spec, self.exported.encoder)
+        self.encoder = make_encoder(self.encoder_spec)
+        self._owns_backend = not isinstance(llm, Backend)
+        backend = make_backend(llm, **backend_options) if isinstance(llm, str) else llm
+        self.backend = CachedBackend(backend, cache) if cache else backend
+        self.engine = DebateEngine(self.backend, self.config)
+
+    def run(self, questions: Sequence[Question], on_round=None) -> list[InferenceResult]:
+        """Debate all questions together (each round is one batched backend call)."""
+        if not questions:
+            raise ValueError("RegulatedDebater.run: no questions given")
+        protocol = RegulatedProtocol(policy=self.exported.policy, encoder=self.encoder, config=self.config,
+                                     deterministic=True, name="dear")
+        debates = self.engine.run(questions, protocol, on_round=on_round)
+        out = []
+        for q, d in zip(questions, debates):
+            tr = d.trace
+            out.append(InferenceResult(
+                question_id=q.id, question=q.question, answer=tr.final_answer, tie=tr.tie,
+                answers_per_round=tr.answer_keys(), controls=protocol.records.get(d.debate_id, []),
+                prompt_tokens=tr.prompt_tokens, completion_tokens=tr.completion_tokens, failed=tr.failed,
+                error=tr.error, correct=None if q.gold == UNKNOWN_GOLD else bool(tr.final_correct), trace=tr))
+        return out
+
+    def ask(self, question: str, kind: AnswerKind = "numeric", choices: Sequence[str] | None = None,
+            gold: str = UNKNOWN_GOLD) -> InferenceResult:
+        """One question as text; `kind` sets the answer format the agents are asked for and how it is parsed."""
+        return self.run([make_question(question, kind, choices, gold)])[0]
+
+    def close(self) -> None:
+        if self._owns_backend:
+            self.backend.close()
+
+    def __enter__(self) -> RegulatedDebater:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_question(text: str, kind: AnswerKind = "numeric", choices: Sequence[str] | None = None,
+                  gold: str = UNKNOWN_GOLD, qid: str = "q0") -> Question:
+    if kind not in tasks.KINDS:
+        raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(tasks.KINDS)}")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("question must be a non-empty string")
+    if kind == "choice" and not choices:
+        raise ValueError("kind 'choice' needs the option texts (choices)")
+    return Question(id=qid, task="user", question=text.strip(), gold=gold, kind=kind,
+                    choices=tuple(choices) if choices else None)
+
+
+def _load_questions(a: argparse.Namespace) -> list[Question]:
+    if a.question:
+        return [make_question(a.question, a.kind, a.choice or None)]
+    if not Path(a.questions).exists():
+        raise FileNotFoundError(f"--questions {a.questions}: no such file")
+    if a.kind == "choice" and not a.choices_field:
+        raise ValueError("--kind choice with --questions needs --choices-field")
+    return tasks.load_jsonl(a.questions, a.question_field, a.answer_field, a.kind, choices_field=a.choices_field,
+                            id_field=a.id_field)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m dear.infer", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", required=True, help="exported policy dir (python -m dear.export RUN OUT)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--question", help="one question as text")
+    src.add_argument("--questions", help="JSONL file, one question per line")
+    p.add_argument("--kind", default="numeric", choices=tasks.KINDS, help="answer format (default numeric)")
+    p.add_argument("--choice", action="append", help="an option text for --kind choice (repeat, in order)")
+    p.add_argument("--question-field", default="question")
+    p.add_argument("--answer-field", help="gold answers in the JSONL: grade and print accuracy")
+    p.add_argument("--choices-field", help="options field for --kind choice in the JSONL")
+    p.add_argument("--id-field", help="question id field in the JSONL (default: line number)")
+    p.add_argument("--llm", default="local", help="backend spec: local | smoke | openai:URL#model | vllm:MODEL")
+    p.add_argument("--rounds", type=int, help="exchange rounds (default: the policy's training setting)")
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
+    p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--encoder", help="override the policy's encoder spec")
+    p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke)")
+    p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke)")
+    p.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
+    p.add_argument("--out", help="write per-debate JSONL traces (with the regulator's decisions) here")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    if a.choice and a.kind != "choice":
+        p.error("--choice needs --kind choice")
+    return a
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    questions = _load_questions(a)
+    exported = load_exported(a.policy)
+    options = {}
+    if a.llm.split(":")[0] in ("local", "smoke"):
+        options["n_parallel"] = a.parallel or max(1, min(16, len(questions) * exported.n_agents))
+        if a.n_ctx:
+            options["n_ctx"] = a.n_ctx
+    t0 = time.perf_counter()
+    with RegulatedDebater(exported, a.llm, rounds=a.rounds, max_tokens=a.max_tokens, temperature=a.temperature,
+                          top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache, **options) as debater:
+        tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.exported.synthetic else ""
+        print(f"{len(questions)} question(s), V={debater.config.n_agents}, rounds={debater.config.n_rounds}, "
+              f"llm={a.llm}{tag}", flush=True)
+        results = debater.run(questions)
+    wall = time.perf_counter() - t0
+    for r in results:
+        status = f"FAILED {r.error}" if r.failed else (
+            "" if r.correct is None else ("correct" if r.correct else "wrong"))
+        print(f"\n[{r.question_id}] answer: {r.answer}{' (tie)' if r.tie else ''} {status}".rstrip())
+        for rnd, keys in enumerate(r.answers_per_round):
+            line = f"  round {rnd}: answers {['-' if k is None else k for k in keys]}"
+            if rnd >= 1 and rnd - 1 < len(r.controls):
+                c = r.controls[rnd - 1]
+                reads = {i: [j for j, m in enumerate(row) if m] for i, row in enumerate(c.mask)}
+                line += (f" | reads {reads} | T {[round(t, 2) for t in c.temperature]}"
+                         f" | top-p {[round(p, 2) for p in c.top_p]}")
+            print(line)
+        print(f"  tokens {r.prompt_tokens + r.completion_tokens} (prompt {r.prompt_tokens}, "
+              f"completion {r.completion_tokens})")
+    graded = [r for r in results if r.correct is not None]
+    if graded:
+        print(f"\naccuracy {sum(r.correct for r in graded) / len(graded):.3f} ({sum(r.correct for r in graded)}/"
+              f"{len(graded)})")
+    print(f"wall time {wall:.1f} s")
+    if a.out:
+        out = Path(a.out)
+        n = write_jsonl([r.trace for r in results], out)
+        decisions = out.with_name(out.stem + ".regulator.jsonl")  # same layout as eval.run's traces
+        decisions.write_text("".join(json.dumps({"debate_id": r.trace.debate_id, "question_id": r.question_id,
+                                                 "decisions": [c.to_dict() for c in r.controls]}) + "\n"
+                                     for r in results), encoding="utf-8")
+        print(f"traces: {n} -> {out} (regulator decisions -> {decisions})")
+    return 1 if any(r.failed for r in results) else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

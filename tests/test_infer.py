@@ -1,0 +1,95 @@
+"""Inference API (DESIGN §10): an exported policy regulates debates without trainer, Ray or gym."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from dear.export import export_policy
+from dear.infer import RegulatedDebater, main, make_question
+from dear.llm.sim import SimBackend
+from dear.policy import JointPolicy, PolicyConfig
+from dear.tasks import load_jsonl
+from dear.tasks.synthetic import load_synthetic
+
+
+@pytest.fixture
+def exported(tmp_path):
+    torch.manual_seed(0)
+    policy = JointPolicy(PolicyConfig(n_agents=3))
+    with torch.no_grad():  # non-trivial deterministic masks
+        torch.nn.init.normal_(policy.selection.net[-1].weight, std=2.0)
+    return export_policy(policy, tmp_path / "policy", encoder="hashing",
+                         training={"rounds": 2, "synthetic": True, "llm": "sim"})
+
+
+def test_debater_applies_the_policy_decisions_on_the_sim(exported):
+    questions = load_synthetic(n=4, seed=0, split="test")
+    with RegulatedDebater(exported, SimBackend(seed=0), seed=0) as debater:
+        assert debater.config.n_rounds == 2  # from the manifest's training settings
+        results = debater.run(questions)
+    assert [r.question_id for r in results] == [q.id for q in questions]
+    for r in results:
+        assert len(r.answers_per_round) == 3 and all(len(k) == 3 for k in r.answers_per_round)
+        assert [c.round for c in r.controls] == [1, 2]
+        for c in r.controls:
+            turns = r.trace.rounds[c.round]
+            assert [t.peers for t in turns] == [list(np.flatnonzero(row)) for row in c.mask]
+            assert np.allclose([t.temperature for t in turns], c.temperature)
+        assert r.correct is not None and r.correct == r.trace.final_correct  # gold known: graded
+        assert r.answer == r.trace.final_answer and r.prompt_tokens > 0
+
+
+def test_unknown_gold_is_not_graded_and_bad_questions_are_refused():
+    q = make_question("What is 2 + 3?", kind="integer")
+    assert q.gold == "" and q.kind == "integer"
+    with pytest.raises(ValueError, match="unknown answer kind"):
+        make_question("x", kind="essay")
+    with pytest.raises(ValueError, match="non-empty"):
+        make_question("  ")
+    with pytest.raises(ValueError, match="choices"):
+        make_question("Pick one", kind="choice")
+
+
+def test_load_jsonl_without_answers(tmp_path):
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"problem": "1+1?"}\n{"problem": "2+2?"}\n')
+    qs = load_jsonl(f, "problem", None, "numeric")
+    assert [q.gold for q in qs] == ["", ""] and [q.id for q in qs] == ["1", "2"]
+    f.write_text('{"problem": "1+1?"}\n{"text": "2+2?"}\n')
+    with pytest.raises(ValueError, match=r"q.jsonl:2.*problem"):
+        load_jsonl(f, "problem", None, "numeric")
+
+
+def test_cli_bad_input(exported, tmp_path, capsys):
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        main(["--policy", str(exported), "--questions", str(tmp_path / "nope.jsonl"), "--llm", "sim"])
+    (tmp_path / "q.jsonl").write_text('{"question": "Pick", "options": ["a", "b"]}\n')
+    with pytest.raises(ValueError, match="--choices-field"):
+        main(["--policy", str(exported), "--questions", str(tmp_path / "q.jsonl"), "--kind", "choice"])
+    with pytest.raises(SystemExit):
+        main(["--policy", str(exported), "--question", "x", "--choice", "a"])  # --choice without --kind choice
+    assert "--kind choice" in capsys.readouterr().err
+    r = subprocess.run([sys.executable, "-m", "dear.infer", "--policy", str(tmp_path), "--question", "1+1?"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not a DEAR export" in r.stderr
+
+
+def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, capsys):
+    """The real parts: SmolLM2-135M through llama.cpp, one question as text, gold unknown."""
+    out = tmp_path / "traces.jsonl"
+    rc = main(["--policy", str(exported), "--llm", "smoke", "--question", "What is 12 + 30?", "--kind", "integer",
+               "--rounds", "1", "--max-tokens", "24", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "SYNTHETIC" in text and "round 1: answers" in text and "reads {" in text
+    assert "accuracy" not in text  # no gold, nothing graded
+    trace = json.loads(out.read_text().splitlines()[0])
+    assert len(trace["rounds"]) == 2 and all(t["grader"] == "none" for r in trace["rounds"] for t in r)
+    decisions = json.loads((tmp_path / "traces.regulator.jsonl").read_text().splitlines()[0])
+    assert decisions["debate_id"] == trace["debate_id"] and len(decisions["decisions"]) == 1
+    assert [t["peers"] for t in trace["rounds"][1]] == [
+        [j for j, m in enumerate(row) if m] for row in decisions["decisions"][0]["mask"]]

@@ -1,0 +1,77 @@
+"""The floor plan (DESIGN §11, docs/ARCHITECTURE.md): every import of project code points to a lower floor
+or stays inside its own package. Checked on the source with ast, so lazy imports inside functions count too."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# package or module -> floor
+FLOORS = {
+    "dear.llm": 1, "dear.tasks": 1, "dear.evidence": 1, "dear.belief": 1, "dear.metrics": 1,
+    "dear.debate": 2, "dear.policy": 2,
+    "dear.regulator": 3, "dear.export": 3, "dear.infer": 3, "envs": 3,
+    "train": 4, "eval": 4,
+}
+# Same-floor imports that the floor plan allows: the export artifact is read by the inference API.
+ALLOWED_SIDEWAYS = {("dear.infer", "dear.export"), ("dear.infer", "dear.regulator"), ("envs", "dear.regulator")}
+
+
+def _unit(module: str) -> str | None:
+    """The floor-plan unit a dotted module belongs to (None: outside the plan, e.g. `dear` itself)."""
+    for name in sorted(FLOORS, key=len, reverse=True):
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: resolve against the package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.add(target)
+            out.update(f"{target}.{a.name}" for a in node.names)  # `from dear import tasks`
+    return out
+
+
+def test_imports_only_point_down():
+    violations = []
+    files = [p for top in ("dear", "envs", "train", "eval") for p in (ROOT / top).rglob("*.py")]
+    assert len(files) > 40
+    for path in files:
+        module = _module_name(path)
+        unit = _unit(module)
+        if unit is None:
+            continue
+        for target in _imports(path, module):
+            dep = _unit(target)
+            if dep is None or dep == unit or (unit, dep) in ALLOWED_SIDEWAYS:
+                continue
+            if FLOORS[dep] >= FLOORS[unit]:
+                violations.append(f"{path.relative_to(ROOT)}: {unit} (floor {FLOORS[unit]}) imports {target} "
+                                  f"(floor {FLOORS[dep]})")
+    assert not violations, "\n".join(sorted(violations))
+
+
+def test_the_floor_plan_covers_every_package():
+    units = {_unit(_module_name(p)) for top in ("dear", "envs", "train", "eval") for p in (ROOT / top).rglob("*.py")}
+    unplanned = sorted(_module_name(p) for top in ("dear",) for p in (ROOT / top).rglob("*.py")
+                       if _unit(_module_name(p)) is None and p.name != "__init__.py")
+    assert not unplanned, f"modules outside the floor plan: {unplanned} (add them to FLOORS and ARCHITECTURE.md)"
+    assert set(FLOORS) <= units | {None}
