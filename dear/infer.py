@@ -20,7 +20,6 @@ the fixed `--temperature`/`--top-p` like training did.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -35,7 +34,7 @@ from dear.evidence import make_encoder
 from dear.export import ExportedPolicy, load_exported
 from dear.llm import Backend, make_backend
 from dear.llm.cache import CachedBackend
-from dear.regulator import RegulatedProtocol, RegulatorRecord
+from dear.regulator import RegulatedProtocol, RegulatorRecord, decisions_json
 from dear.tasks import AnswerKind, Question
 
 log = logging.getLogger(__name__)
@@ -215,8 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(a.out)
         n = write_jsonl([r.trace for r in results], out)
         decisions = out.with_name(out.stem + ".regulator.jsonl")  # same layout as eval.run's traces
-        decisions.write_text("".join(json.dumps({"debate_id": r.trace.debate_id, "question_id": r.question_id,
-                                                 "decisions": [c.to_dict() for c in r.controls]}) + "\n"
+        decisions.write_text("".join(decisions_json(r.trace.debate_id, r.question_id, r.controls) + "\n"
                                      for r in results), encoding="utf-8")
         print(f"traces: {n} -> {out} (regulator decisions -> {decisions})")
     return 1 if any(r.failed for r in results) else 0

@@ -16,6 +16,7 @@ Centralised-critic state (`state_dim(V) = V*V + 2V + 4`, every entry in [0, 1], 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -135,6 +136,12 @@ class RegulatorRecord:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def decisions_json(debate_id: str, question_id: str, records: Sequence[RegulatorRecord]) -> str:
+    """One line of a `*.regulator.jsonl` file: every decision the regulator made in one debate."""
+    return json.dumps({"debate_id": debate_id, "question_id": question_id,
+                       "decisions": [r.to_dict() for r in records]})
 
 
 @dataclass

@@ -136,10 +136,10 @@ class ResultsDir:
         path.parent.mkdir(parents=True, exist_ok=True)
         _append_lines(path, [t.to_json() for t in traces])
         if regulator is not None:
+            from dear.regulator import decisions_json  # torch-heavy: only DEAR methods need it
+
             _append_lines(self.regulator_path(benchmark, method), [
-                json.dumps({"debate_id": t.debate_id, "question_id": t.question_id,
-                            "decisions": [r.to_dict() for r in regulator.get(t.debate_id, [])]})
-                for t in traces])
+                decisions_json(t.debate_id, t.question_id, regulator.get(t.debate_id, [])) for t in traces])
         _append_lines(self.done_path, [f"{benchmark}\t{method}\t{t.question_id}" for t in traces])
 
     def load(self, benchmark: str, method: str, question_ids: Sequence[str]) -> list[DebateTrace]:

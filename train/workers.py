@@ -424,16 +424,13 @@ class RayPool:
         for k, c in enumerate(chunks):
             pending[self.workers[k % n].rollout.remote(ref, [c])] = (k % n, generation[k % n], c)
         results: dict[int, ChunkResult] = {}
-        restarts = redone = 0
+        restarts = redone = done = 0
         total = sum(len(c.env_seeds) for c in chunks)
         while pending:
             [fut], _ = self.ray.wait(list(pending), num_returns=1)
             i, gen, chunk = pending.pop(fut)
             try:
                 [results[chunk.index]] = self.ray.get(fut)
-                if on_chunk:
-                    on_chunk(sum(len(r.spec.env_seeds) for r in results.values()), total)
-                continue
             except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
                 if gen == generation[i]:
                     self.total_restarts += 1
@@ -449,8 +446,12 @@ class RayPool:
                         pass
                     self.workers[i] = self._spawn(i)
                     generation[i] += 1
-            redone += len(chunk.env_seeds)  # same seeds on the new worker: the same episodes
-            pending[self.workers[i].rollout.remote(ref, [chunk])] = (i, generation[i], chunk)
+                redone += len(chunk.env_seeds)  # same seeds on the new worker: the same episodes
+                pending[self.workers[i].rollout.remote(ref, [chunk])] = (i, generation[i], chunk)
+                continue
+            done += len(chunk.env_seeds)
+            if on_chunk:
+                on_chunk(done, total)
         ordered = [results[c.index] for c in chunks]
         return RolloutReport(results=ordered, worker_restarts=restarts, episodes_redone=redone,
                              wall_s=time.perf_counter() - t0)
