@@ -168,3 +168,33 @@ def test_wandb_offline_logs_the_same_scalars(tmp_path, monkeypatch):
     assert [step for step, _ in sent] == [r["global_step"] for r in rows]
     key = "synthetic/losses/value_loss"  # the sim run's scalars carry the synthetic prefix everywhere
     assert [data[key] for _, data in sent] == [r[key] for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ray_address_joins_an_existing_cluster(tmp_path):
+    """`--ray-address` joins a cluster started outside the trainer (`ray start --head`) instead of starting one."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    subprocess.run([ray_bin, "start", "--head", "--num-cpus", "2", "--include-dashboard", "false",
+                    "--port", str(port)], env=env, check=True, capture_output=True, timeout=120)
+    try:
+        r = subprocess.run([sys.executable, "-m", "train.happo", "--config", "sim", "run.iterations=1",
+                            "rollout.num_workers=2", "rollout.episodes_per_iter=32", "logging.progress=false",
+                            f"run.out_dir={tmp_path}", "--ray-address", f"127.0.0.1:{port}"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        out = r.stdout + r.stderr  # Ray reports the cluster it joined (by the node's IP, on our port)
+        assert "existing Ray cluster" in out and f":{port}" in out
+        assert list(tmp_path.glob("*/checkpoints/iter_000001/model.safetensors"))
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
