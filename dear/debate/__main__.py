@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from dear import tasks
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
+from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import PROTOCOLS, make_protocol
 from dear.debate.trace import write_jsonl
 from dear.llm.base import Backend
@@ -42,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--layout", default=DebateConfig.layout, choices=LAYOUTS,
+                   help="exchange-round prompt layout: multiturn (Du et al., KV-cache reuse) or single")
     p.add_argument("--parallel", type=int, default=None,
                    help="llama.cpp decoding slots for local/smoke (default: questions x agents, at most 16)")
     p.add_argument("--n-ctx", type=int, default=None, help="llama.cpp context per slot (local/smoke)")
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
     config = DebateConfig(n_agents=args.agents, n_rounds=args.rounds, temperature0=args.temperature,
-                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed,
+                          layout=args.layout)
     try:
         protocol = make_protocol(args.protocol, config)
     except ValueError as e:
@@ -119,6 +123,7 @@ def main(argv=None) -> int:
         print(f"  ties              {s.ties}")
         print(f"  no-answer turns   {s.no_answer_turns}/{s.turns}")
         print(f"  cache hits        {s.cached_turns}/{s.turns}" + ("" if not args.no_cache else " (cache off)"))
+        print(f"  KV-cache reuse    {st.reused_prompt_tokens} of {st.prompt_tokens} prompt tokens (total)")
         print(f"  context overflows {st.truncations}")
         print(f"  wall time         {wall:.1f}s ({wall / max(1, s.n):.1f}s/question; model load {load_s:.1f}s; "
               f"{st.generate_calls} generate calls, {st.fresh_completion_tokens / max(st.backend_s, 1e-9):.1f} decoded tok/s)")

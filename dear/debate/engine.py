@@ -8,6 +8,7 @@ from outside (`step(debates, controls)`), which is what protocols, the regulator
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,9 @@ class DebateConfig:
     # Optional backend key per agent (heterogeneous mixes); keys index the engine's backend mapping.
     agent_backends: tuple[str, ...] | None = None
     system_prompt: str = prompts.SYSTEM_PROMPT
+    # Exchange-round prompt layout (dear/debate/prompts.py): "multiturn" (Du et al.'s growing conversation,
+    # whose prefix a KV-cache slot reuses) or "single" (one fresh message per round).
+    layout: str = "single"
 
     def __post_init__(self):
         if self.n_agents < 1:
@@ -53,6 +57,8 @@ class DebateConfig:
             raise ValueError(f"DebateConfig.temperature0 must be in [0, {T_MAX}], got {self.temperature0}")
         if not 0.0 < self.top_p0 <= 1.0:
             raise ValueError(f"DebateConfig.top_p0 must be in (0, 1], got {self.top_p0}")
+        if self.layout not in prompts.LAYOUTS:
+            raise ValueError(f"DebateConfig.layout must be one of {prompts.LAYOUTS}, got {self.layout!r}")
         if self.agent_backends is not None:
             object.__setattr__(self, "agent_backends", tuple(self.agent_backends))
             if len(self.agent_backends) != self.n_agents:
@@ -156,9 +162,17 @@ class EngineStats:
     total_s: float = 0.0  # wall time inside start()/step()
     completion_tokens: int = 0
     prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # prompt tokens the server took from its KV cache instead of reading them
     cached: int = 0
     fresh_completion_tokens: int = 0  # completion tokens actually decoded (not served from a cache)
     truncations: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: float) -> None:
+        """Add to counters; debates running concurrently (`run_concurrent`) share one EngineStats."""
+        with self._lock:
+            for name, value in deltas.items():
+                setattr(self, name, getattr(self, name) + value)
 
 
 @dataclass
@@ -168,6 +182,18 @@ class _Pending:
     request: ChatRequest
     peers: list[int]
     truncated_peers: int
+
+
+@dataclass(frozen=True)
+class _PromptBuilder:
+    """Builds one exchange prompt with `n_cut` peer blocks and optionally the own answers cut to fit."""
+
+    build: Callable[[int, bool], list[ChatMessage]]
+    n_peer_blocks: int
+
+
+def _shown(turn: AgentTurn) -> prompts.ShownAnswer:
+    return prompts.ShownAnswer(turn.agent, turn.reasoning, turn.conclusion, turn.answer)
 
 
 def derive_seed(*parts: int) -> int:
@@ -244,8 +270,30 @@ class DebateEngine:
             for i in range(cfg.n_agents):
                 pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
         self._execute(pending)
-        self.stats.total_s += time.perf_counter() - t0
+        self.stats.add(total_s=time.perf_counter() - t0)
         return debates
+
+    def restore(self, question: Question, trace: DebateTrace, n_rounds: int | None = None,
+                protocol: str = "") -> Debate:
+        """A debate that continues a stored trace (e.g. one shared round 0): the next `step` runs round
+        len(trace.rounds). The trace is copied, so one stored round 0 can seed several protocols."""
+        if trace.question_id != question.id or trace.task != question.task:
+            raise ValueError(f"restore: trace {trace.debate_id} is not of question {question.task}/{question.id}")
+        if trace.n_agents != self.config.n_agents or not trace.rounds:
+            raise ValueError(f"restore: trace {trace.debate_id} has {trace.n_agents} agents and "
+                             f"{len(trace.rounds)} rounds; the engine needs {self.config.n_agents} agents, >= 1 round")
+        if trace.failed:
+            raise ValueError(f"restore: trace {trace.debate_id} failed ({trace.error}); nothing to continue")
+        copy = DebateTrace.from_dict(trace.to_dict())
+        copy.protocol = protocol or copy.protocol
+        copy.final_answer, copy.final_correct, copy.tie, copy.vote_counts = None, False, False, {}
+        n_rounds = self.config.n_rounds if n_rounds is None else n_rounds
+        d = Debate(question=question, debate_id=copy.debate_id, seed=copy.seed, n_rounds=n_rounds, trace=copy,
+                   vote_seed=derive_seed(self.config.seed, copy.seed, 0x5EED), round=len(copy.rounds) - 1)
+        if d.round >= n_rounds:
+            d.finished = True
+            self._finalize(d)
+        return d
 
     def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
         """Run the next exchange round for every unfinished debate (one generate call per backend)."""
@@ -263,7 +311,7 @@ class DebateEngine:
             pending.extend(self._exchange_requests(d, ctl))
         if pending:
             self._execute(pending)
-        self.stats.total_s += time.perf_counter() - t0
+        self.stats.add(total_s=time.perf_counter() - t0)
 
     def run(
         self,
@@ -288,6 +336,37 @@ class DebateEngine:
             log.warning("%d of %d debates failed (see trace.error)", n_failed, len(debates))
         return debates
 
+    def run_concurrent(
+        self,
+        questions: Sequence[Question],
+        protocol,
+        max_in_flight: int,
+        debate_seeds: Sequence[int] | None = None,
+        on_done: Callable[[Debate], None] | None = None,
+    ) -> list[Debate]:
+        """Run whole debates with up to `max_in_flight` of them at once, each at its own pace.
+
+        `run` moves all debates round by round, so every round waits for its slowest completion while finished
+        slots idle. Here a debate starts its next round as soon as its own agents are done, and a new debate
+        starts as soon as one ends, which keeps the backend's slots busy. Results are in question order and
+        equal to `run`'s for the same seeds (each request's seed depends only on its debate, agent and round).
+        The protocol must decide from each debate alone (fixed masks, seeded random masks, the regulator).
+        """
+        if max_in_flight < 1:
+            raise ValueError(f"run_concurrent: max_in_flight must be >= 1, got {max_in_flight}")
+        seeds = [default_debate_seed(q) for q in questions] if debate_seeds is None else list(debate_seeds)
+        if len(seeds) != len(questions):
+            raise ValueError(f"debate_seeds has {len(seeds)} entries for {len(questions)} questions")
+
+        def one(k: int) -> Debate:
+            (debate,) = self.run([questions[k]], protocol, [seeds[k]])
+            if on_done:
+                on_done(debate)
+            return debate
+
+        with ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="debate") as pool:
+            return list(pool.map(one, range(len(questions))))
+
     # ------------------------------------------------------------ internals
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
                  top_p: float, peers: list[int], truncated: int, max_tokens: int,
@@ -298,6 +377,7 @@ class DebateEngine:
             top_p=float(top_p),
             max_tokens=int(max_tokens),
             seed=derive_seed(self.config.seed, d.seed, agent, round_),
+            session=f"{d.debate_id}/agent{agent}",
             metadata={
                 "debate_id": d.debate_id, "question_id": d.question.id, "task": d.question.task,
                 "agent": agent, "round": round_, "own_answer": own_answer,
@@ -310,13 +390,13 @@ class DebateEngine:
     def _exchange_requests(self, d: Debate, ctl: RoundControl) -> list[_Pending]:
         cfg = self.config
         prev = d.last_turns
-        shown = [prompts.ShownAnswer(t.agent, t.reasoning, t.conclusion, t.answer) for t in prev]
         out = []
         r = d.round + 1
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
+            build = self._prompt_builder(d, i, peers)
             messages, truncated, max_tokens = self._fit_context(
-                d, i, shown[i], [shown[j] for j in peers], self.backends[self.agent_keys[i]]
+                d, i, build, self.backends[self.agent_keys[i]]
             )
             out.append(self._request(
                 d, i, r, messages, ctl.temperature[i], ctl.top_p[i], peers, truncated, max_tokens,
@@ -327,17 +407,41 @@ class DebateEngine:
     def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
         return sum(backend.count_tokens(m.content) + _MSG_OVERHEAD_TOKENS for m in messages)
 
-    def _fit_context(self, d: Debate, agent: int, own: prompts.ShownAnswer, peers: list[prompts.ShownAnswer],
+    def _prompt_builder(self, d: Debate, agent: int, peers: list[int]) -> _PromptBuilder:
+        """The exchange prompt of `agent` in the debate's next round, in the configured layout."""
+        cfg = self.config
+        shown = [[_shown(t) for t in turns] for turns in d.trace.rounds]
+        if cfg.layout == "single":
+            own, peer_answers = shown[-1][agent], [shown[-1][j] for j in peers]
+            n_peer_blocks = len(peers)
+
+            def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
+                return prompts.exchange_messages(d.question, own, peer_answers, n_truncated=n_cut,
+                                                 own_truncated=own_cut, system_prompt=cfg.system_prompt)
+        else:
+            # Round k showed agent `agent` the peers recorded in its round-k turn; the new round shows `peers`.
+            peers_by_round = [d.trace.rounds[k][agent].peers for k in range(1, len(shown))] + [peers]
+            exchanges = [
+                prompts.Exchange(
+                    own_text=d.trace.rounds[k - 1][agent].text,
+                    own=shown[k - 1][agent],
+                    peers=tuple(shown[k - 1][j] for j in peers_by_round[k - 1]),
+                )
+                for k in range(1, len(shown) + 1)
+            ]
+            n_peer_blocks = sum(len(ex.peers) for ex in exchanges)
+
+            def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
+                return prompts.multiturn_messages(d.question, exchanges, n_truncated=n_cut,
+                                                  own_truncated=own_cut, system_prompt=cfg.system_prompt)
+        return _PromptBuilder(build, n_peer_blocks)
+
+    def _fit_context(self, d: Debate, agent: int, prompt: _PromptBuilder,
                      backend: Backend) -> tuple[list[ChatMessage], int, int]:
-        """Build the exchange prompt; on overflow cut peers' reasoning (listed order), then the own reasoning,
+        """Build the exchange prompt; on overflow cut peers' reasoning (oldest first), then the own reasoning,
         then shrink max_tokens. Never raises: a prompt that still does not fit goes out and the backend decides."""
         cfg = self.config
-
-        def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
-            return prompts.exchange_messages(
-                d.question, own, peers, n_truncated=n_cut, own_truncated=own_cut, system_prompt=cfg.system_prompt
-            )
-
+        build = prompt.build
         messages = build(0, False)
         ctx = backend.context_length
         if not ctx:
@@ -349,7 +453,7 @@ class DebateEngine:
             return messages, 0, cfg.max_tokens
         n_tok = self._count(backend, messages)
         truncated, own_cut = 0, False
-        while n_tok + cfg.max_tokens > ctx and truncated < len(peers):
+        while n_tok + cfg.max_tokens > ctx and truncated < prompt.n_peer_blocks:
             truncated += 1
             messages = build(truncated, False)
             n_tok = self._count(backend, messages)
@@ -361,7 +465,7 @@ class DebateEngine:
         if n_tok + max_tokens > ctx:
             max_tokens = max(_MIN_MAX_TOKENS, ctx - n_tok)
         if truncated or own_cut or max_tokens != cfg.max_tokens:
-            self.stats.truncations += 1
+            self.stats.add(truncations=1)
             log.warning(
                 "context overflow in %s agent %d round %d: ~%d prompt tokens + %d max_tokens > %d; "
                 "cut reasoning of %d peer(s)%s, max_tokens=%d",
@@ -397,9 +501,7 @@ class DebateEngine:
         else:
             with ThreadPoolExecutor(max_workers=len(groups)) as ex:
                 results = list(ex.map(call, groups))
-        self.stats.backend_s += time.perf_counter() - t0
-        self.stats.generate_calls += len(groups)
-        self.stats.requests += len(pending)
+        self.stats.add(backend_s=time.perf_counter() - t0, generate_calls=len(groups), requests=len(pending))
         out: list[Completion | None] = [None] * len(pending)
         for key, comps, _ in results:
             for i, c in zip(groups[key], comps):
@@ -432,11 +534,9 @@ class DebateEngine:
     def _make_turn(self, p: _Pending, c: Completion) -> AgentTurn:
         q = p.debate.question
         req = p.request
-        self.stats.prompt_tokens += c.prompt_tokens
-        self.stats.completion_tokens += c.completion_tokens
-        self.stats.cached += bool(c.cached)
-        if not c.cached:
-            self.stats.fresh_completion_tokens += c.completion_tokens
+        self.stats.add(prompt_tokens=c.prompt_tokens, reused_prompt_tokens=c.reused_prompt_tokens,
+                       completion_tokens=c.completion_tokens, cached=int(c.cached),
+                       fresh_completion_tokens=0 if c.cached else c.completion_tokens)
         text = c.text or ""
         parsed = prompts.parse_sections(text)
         answer = prompts.extract(text, q) if c.error is None else None
@@ -453,6 +553,7 @@ class DebateEngine:
             answer=answer, answer_key=key, correct=correct, grader=grader,
             temperature=req.temperature, top_p=req.top_p, seed=int(req.seed), peers=p.peers,
             prompt_tokens=int(c.prompt_tokens), completion_tokens=int(c.completion_tokens),
+            reused_prompt_tokens=int(c.reused_prompt_tokens),
             finish_reason=c.finish_reason, latency_s=float(c.latency_s), error=c.error,
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,

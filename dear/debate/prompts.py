@@ -1,9 +1,17 @@
 """Debate prompts and the parser for structured answers (Reasoning / Conclusion / Final answer).
 
-Round 0: the question plus the task's format instruction. Round r >= 1: the question, the agent's own previous
-answer and the selected peers' previous answers (labelled "Agent j", 1-based), then the instruction to
-reconsider. Previous answers are re-rendered from their parsed parts so that a peer's reasoning can be cut when
-the prompt would overflow the context window while its conclusion and final answer stay.
+Round 0: the question plus the task's format instruction. Exchange rounds come in two layouts:
+
+- `multiturn` (Du et al.'s multi-agent debate format): each agent's conversation grows. Its own previous
+  answers are assistant turns, verbatim, and the peers' answers arrive as the next user turn ("These are the
+  answers to the problem from other agents: ... Using the other agents' answers as additional information, can
+  you provide your answer to the problem?"). Everything before the new user turn is the prompt of the agent's
+  previous call plus its own answer, so a server that keeps the agent on one KV-cache slot reads only the new turn.
+- `single`: one fresh user message per round holding the question, the agent's own previous answer and the
+  selected peers' answers (labelled "Agent j", 1-based), then the instruction to reconsider.
+
+Peers' answers are re-rendered from their parsed parts so that their reasoning can be cut when the prompt would
+overflow the context window while their conclusion and final answer stay.
 """
 
 from __future__ import annotations
@@ -36,6 +44,17 @@ RECONSIDER = (
     "step, then give your updated answer."
 )
 RECONSIDER_ALONE = "Check your previous reasoning step by step, then give your updated answer."
+
+# The multi-turn layout's wording follows Du et al. (2023), "Improving Factuality and Reasoning in Language
+# Models through Multiagent Debate", with our structured-answer instruction appended.
+PEERS_INTRO = "These are the answers to the problem from other agents:"
+PEERS_OUTRO = (
+    "Using the other agents' answers as additional information, can you provide your answer to the problem?\n"
+    "The original problem is:\n{question}"
+)
+ALONE = "Can you double check that your answer is correct? Please reiterate your answer."
+
+LAYOUTS = ("multiturn", "single")
 
 
 # ---------------------------------------------------------------- parsing
@@ -158,3 +177,46 @@ def exchange_messages(
         parts.append(RECONSIDER_ALONE)
     parts.append(_instructions(question))
     return [ChatMessage("system", system_prompt), ChatMessage("user", "\n\n".join(parts))]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One earlier exchange of an agent, for the multi-turn layout: its answer of round k-1 (verbatim, and
+    parsed for cutting) and the peers' round k-1 answers it is shown in round k."""
+
+    own_text: str
+    own: ShownAnswer
+    peers: tuple[ShownAnswer, ...]
+
+
+def peers_turn(question: Question, peers: Sequence[ShownAnswer], n_truncated: int = 0) -> str:
+    """The user turn that brings the peers' answers (or, with no peer, the request to double-check)."""
+    if not peers:
+        return f"{ALONE}\n\n{_instructions(question)}"
+    blocks = [f"One agent's answer:\n```\n{_answer_block(p, k < n_truncated)}\n```" for k, p in enumerate(peers)]
+    outro = PEERS_OUTRO.format(question=tasks.render_question(question))
+    return "\n\n".join([PEERS_INTRO, *blocks, outro, _instructions(question)])
+
+
+def multiturn_messages(
+    question: Question,
+    exchanges: Sequence[Exchange],
+    n_truncated: int = 0,
+    own_truncated: bool = False,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> list[ChatMessage]:
+    """Prompt for round r = len(exchanges) >= 1 in the multi-turn layout.
+
+    On overflow the first `n_truncated` peer blocks lose their reasoning, counted from the oldest exchange,
+    and `own_truncated` replaces the agent's earlier answers by their conclusion and final answer. Either cut
+    changes the prefix the server has cached, so it is only made when the prompt would not fit.
+    """
+    messages = round0_messages(question, system_prompt)
+    cut_left = n_truncated
+    for ex in exchanges:
+        own = _answer_block(ex.own, True) if own_truncated else ex.own_text
+        n_cut = min(cut_left, len(ex.peers))
+        cut_left -= n_cut
+        messages.append(ChatMessage("assistant", own))
+        messages.append(ChatMessage("user", peers_turn(question, ex.peers, n_cut)))
+    return messages

@@ -42,6 +42,11 @@ class AgentTurn:
     cached: bool = False
     model_id: str = ""
     max_tokens: int = 0
+    reused_prompt_tokens: int = 0  # of prompt_tokens, those the server reused from its KV cache
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        return max(0, self.prompt_tokens - self.reused_prompt_tokens)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AgentTurn:

@@ -21,6 +21,9 @@ class ChatRequest:
     max_tokens: int = 512
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # Conversation key: requests with the same session continue one conversation (a debate agent's turns).
+    # Backends that keep a KV cache per slot route them to the same slot so the shared prefix is not recomputed.
+    session: str | None = None
     # Structured facts about the debate turn (debate id, agent, round, the answers shown in the prompt).
     # Real LLM backends ignore it; the synthetic debater backend reads it instead of re-parsing prompts.
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -34,11 +37,17 @@ class Completion:
     finish_reason: str  # "stop" | "length" | "error" | backend-specific
     latency_s: float
     error: str | None = None  # set when the backend gave up on this request (after retries)
-    cached: bool = False
+    cached: bool = False  # served from the response cache (dear/llm/cache.py): nothing was generated
+    reused_prompt_tokens: int = 0  # prompt tokens whose KV state the server reused (prefix cache)
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        """Prompt tokens the server actually had to read (not reused from its KV cache)."""
+        return max(0, self.prompt_tokens - self.reused_prompt_tokens)
 
 
 class BackendError(RuntimeError):

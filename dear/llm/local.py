@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +82,21 @@ def parse_chat_response(data: Any, latency_s: float) -> Completion:
         completion_tokens=int(usage.get("completion_tokens", 0)),
         finish_reason=finish_reason,
         latency_s=latency_s,
+        reused_prompt_tokens=reused_prompt_tokens(data),
     )
+
+
+def reused_prompt_tokens(data: dict[str, Any]) -> int:
+    """Prompt tokens served from the server's KV cache: OpenAI's `usage.prompt_tokens_details.cached_tokens`
+    (llama.cpp and vLLM fill it), else llama.cpp's `timings.cache_n`; 0 when the server says neither."""
+    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
+    value = details.get("cached_tokens")
+    if value is None:
+        value = (data.get("timings") or {}).get("cache_n", 0)
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _error_completion(message: str, latency_s: float) -> Completion:
@@ -95,6 +110,56 @@ def _error_completion(message: str, latency_s: float) -> Completion:
     )
 
 
+class SlotAffinity:
+    """Keeps each conversation session on one llama.cpp slot, so its next turn finds the shared prefix in that
+    slot's KV cache and only the new messages are read.
+
+    A session keeps its slot until another session evicts it; a new session takes the least recently used idle
+    slot. When every slot is busy the request goes without a slot id and llama.cpp picks one itself.
+    """
+
+    def __init__(self, n_slots: int):
+        self.n_slots = n_slots
+        self._slot_of: dict[str, int] = {}
+        self._owner: list[str | None] = [None] * n_slots
+        self._last_used = [0] * n_slots
+        self._busy: set[int] = set()
+        self._clock = 0
+        self._lock = threading.Lock()
+
+    def acquire(self, session: str | None) -> int | None:
+        """The slot for this session's request (marked busy until `release`), or None."""
+        if session is None:
+            return None
+        with self._lock:
+            slot = self._slot_of.get(session)
+            if slot is None or slot in self._busy:
+                idle = [s for s in range(self.n_slots) if s not in self._busy]
+                if not idle:
+                    return None
+                slot = min(idle, key=self._last_used.__getitem__)
+                self._move(session, slot)
+            self._busy.add(slot)
+            self._clock += 1
+            self._last_used[slot] = self._clock
+            return slot
+
+    def release(self, slot: int | None) -> None:
+        if slot is not None:
+            with self._lock:
+                self._busy.discard(slot)
+
+    def _move(self, session: str, slot: int) -> None:
+        evicted = self._owner[slot]
+        if evicted is not None:
+            del self._slot_of[evicted]
+        previous = self._slot_of.get(session)
+        if previous is not None:
+            self._owner[previous] = None
+        self._owner[slot] = session
+        self._slot_of[session] = slot
+
+
 class LocalLlamaBackend(Backend):
     """A GGUF model served in-process by llama.cpp with `n_parallel` slots of `n_ctx` tokens each.
 
@@ -104,7 +169,8 @@ class LocalLlamaBackend(Backend):
         n_ctx: context per slot (the KV cache holds n_parallel * n_ctx tokens).
         n_threads: CPU threads for decoding (default: `default_threads()`).
         n_batch: prompt-processing batch size.
-        cache_prompt: let a slot reuse the KV cache of a shared prompt prefix.
+        cache_prompt: let a slot reuse the KV cache of a shared prompt prefix; requests that carry a `session`
+            then keep one slot across turns (`SlotAffinity`).
         extra_sampling: extra llama.cpp sampling fields sent with every request.
         verbosity: llama.cpp log level (0 quiet ... 3 info).
         model_id: name used in traces and cache keys (default: llamacpp:<file name>).
@@ -179,6 +245,7 @@ class LocalLlamaBackend(Backend):
         self._extra = dict(DEFAULT_EXTRA_SAMPLING if extra_sampling is None else extra_sampling)
         # Two submitters per slot keep the server's queue primed when a slot finishes early.
         self._pool = ThreadPoolExecutor(max_workers=2 * n_parallel, thread_name_prefix="llamacpp")
+        self._slots = SlotAffinity(n_parallel)
         self._http = self._http_client()
         self._wait_until_ready()
 
@@ -215,11 +282,16 @@ class LocalLlamaBackend(Backend):
     def _one(self, request: ChatRequest) -> Completion:
         body = request_payload(request, self._extra)
         body["cache_prompt"] = self._cache_prompt
+        slot = self._slots.acquire(request.session) if self._cache_prompt else None
+        if slot is not None:
+            body["id_slot"] = slot
         started = time.perf_counter()
         try:
             data = self._server.handle_chat_completions(body)
         except Exception as exc:  # noqa: BLE001 - a bad request raises instead of returning an error object
             return _error_completion(f"llama.cpp: {type(exc).__name__}: {exc}", time.perf_counter() - started)
+        finally:
+            self._slots.release(slot)
         return parse_chat_response(data, time.perf_counter() - started)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:

@@ -86,6 +86,8 @@ class VLLMBackend(Backend):
                     completion_tokens=len(gen.token_ids),
                     finish_reason=gen.finish_reason or "stop",
                     latency_s=latency,
+                    # automatic prefix caching: prompt tokens whose KV blocks were reused
+                    reused_prompt_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),
                 )
             )
         return completions
