@@ -1,0 +1,127 @@
+"""Debate throughput against the backend's decode limit, measured in one run on one backend.
+
+    python bench/bench_throughput.py --llm local --questions 6 --parallel 9 --max-tokens 384
+    python bench/bench_throughput.py --llm smoke --questions 3 --parallel 6 --max-tokens 48   # plumbing
+
+Three passes over the same GSM8K questions, V agents, R exchange rounds (MAD), each on the same backend:
+
+1. raw: every call the debates will make, as independent round-0 requests (one per question, agent and round,
+   each with its own seed) in one batch call that keeps all `--parallel` slots busy: the backend's batched
+   decode limit for this number of calls and tokens;
+2. before: the single-message layout with rounds in lockstep (`DebateEngine.run` on `parallel // V` debates at
+   a time), what the project did before the multi-turn layout;
+3. after: the multi-turn layout with each debate at its own pace (`DebateEngine.run_concurrent`), every agent
+   kept on one KV-cache slot.
+
+It prints completion tokens per second of each and the ratios before/raw and after/raw (target: after >= 0.8),
+with the prompt tokens the server computed vs reused. Results also go to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from dear import tasks  # noqa: E402
+from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts  # noqa: E402
+from dear.llm.base import Backend, ChatRequest  # noqa: E402
+from dear.llm.registry import make_backend  # noqa: E402
+
+
+@dataclass
+class Pass:
+    name: str
+    calls: int
+    wall_s: float
+    completion_tokens: int
+    prompt_tokens: int
+    reused_prompt_tokens: int
+    errors: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def raw_pass(backend: Backend, questions, config: DebateConfig) -> Pass:
+    """Independent round-0 requests, as many as the debates make, in one call (the slots never starve)."""
+    requests = [
+        ChatRequest(messages=tuple(prompts.round0_messages(q)), temperature=config.temperature0,
+                    top_p=config.top_p0, max_tokens=config.max_tokens, seed=7919 * k + 13 * a + r)
+        for k, q in enumerate(questions) for a in range(config.n_agents) for r in range(config.n_rounds + 1)
+    ]
+    t0 = time.perf_counter()
+    out = backend.generate(requests)
+    return Pass("raw batched decode", len(requests), time.perf_counter() - t0,
+                sum(c.completion_tokens for c in out), sum(c.prompt_tokens for c in out),
+                sum(c.reused_prompt_tokens for c in out), sum(not c.ok for c in out))
+
+
+def debate_pass(name: str, backend: Backend, questions, config: DebateConfig, in_flight: int,
+                concurrent: bool) -> Pass:
+    engine = DebateEngine(backend, config)
+    protocol = MADProtocol(config.n_agents, config.n_rounds, config.temperature0, config.top_p0)
+    t0 = time.perf_counter()
+    if concurrent:
+        debates = engine.run_concurrent(questions, protocol, max_in_flight=in_flight)
+    else:
+        debates = [d for k in range(0, len(questions), in_flight)
+                   for d in engine.run(questions[k:k + in_flight], protocol)]
+    wall = time.perf_counter() - t0
+    turns = [t for d in debates for r in d.trace.rounds for t in r]
+    return Pass(name, len(turns), wall, sum(t.completion_tokens for t in turns),
+                sum(t.prompt_tokens for t in turns), sum(t.reused_prompt_tokens for t in turns),
+                sum(t.error is not None for t in turns))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--llm", default="local")
+    p.add_argument("--questions", type=int, default=6)
+    p.add_argument("--data-seed", type=int, default=21, help="GSM8K train questions (kept off the test split)")
+    p.add_argument("--parallel", type=int, default=9, help="llama.cpp slots")
+    p.add_argument("--in-flight", type=int, default=None, help="debates at once (default parallel // agents)")
+    p.add_argument("--agents", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=384)
+    p.add_argument("--n-ctx", type=int, default=3072)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    in_flight = a.in_flight or max(1, a.parallel // a.agents)
+    questions = tasks.load("gsm8k", split="train", n=a.questions, seed=a.data_seed)
+    kwargs = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
+    base = DebateConfig(n_agents=a.agents, n_rounds=a.rounds, max_tokens=a.max_tokens, seed=a.seed)
+    with make_backend(a.llm, **kwargs) as backend:
+        passes = [
+            raw_pass(backend, questions, base),
+            debate_pass("before: single layout, lockstep rounds", backend, questions,
+                        replace(base, layout="single"), in_flight, concurrent=False),
+            debate_pass("after: multiturn layout, concurrent debates", backend, questions,
+                        replace(base, layout="multiturn"), in_flight, concurrent=True),
+        ]
+    raw = passes[0].tokens_per_s
+    print(f"{a.llm}: {a.questions} GSM8K questions, V={a.agents}, R={a.rounds}, {a.max_tokens} max tokens, "
+          f"{a.parallel} slots, {in_flight} debates in flight, seed {a.seed}")
+    print(f"{'pass':46s} {'calls':>5s} {'wall s':>7s} {'compl tok':>9s} {'tok/s':>6s} {'ratio':>6s} "
+          f"{'prompt computed/reused':>23s} {'errors':>6s}")
+    for ps in passes:
+        print(f"{ps.name:46s} {ps.calls:5d} {ps.wall_s:7.1f} {ps.completion_tokens:9d} {ps.tokens_per_s:6.1f} "
+              f"{ps.tokens_per_s / raw if raw else 0:6.2f} "
+              f"{ps.prompt_tokens - ps.reused_prompt_tokens:>11d}/{ps.reused_prompt_tokens:<11d} {ps.errors:6d}")
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "passes": [
+            asdict(ps) | {"tokens_per_s": ps.tokens_per_s, "ratio_to_raw": ps.tokens_per_s / raw if raw else None}
+            for ps in passes]}, indent=2) + "\n")
+    return 1 if any(ps.errors for ps in passes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
