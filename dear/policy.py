@@ -461,7 +461,8 @@ class JointPolicy(nn.Module):
         ``selection_obs`` (B, V(2V+1)), ``b`` (B, V, V), ``u`` (B, V) come from the regulator's
         `BeliefObservation` (or the env observation). Deterministic: pairs = 1[p > 0.5], raw = mean.
         """
-        selection_obs, b, u = (torch.as_tensor(x, dtype=torch.float32) for x in (selection_obs, b, u))
+        device = self.behavior.log_std.device  # inputs may come from numpy/CPU; compute where the nets are
+        selection_obs, b, u = (torch.as_tensor(x, dtype=torch.float32, device=device) for x in (selection_obs, b, u))
         pairs, logp_s, ent_s = self._select(selection_obs, deterministic)
         mask = pairs_to_mask(pairs, self.n_agents)
         behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)
