@@ -112,8 +112,10 @@ class HAPPOConfig:
     gae_lambda: float = 0.95
     clip_coef: float = 0.2
     clip_vloss: bool = False
+    # Entropy bonus as in HARL (harl/configs/algos_cfgs/happo.yaml, algo.entropy_coef: 0.01, one value for
+    # every actor); the entropy is of the agent's joint action (summed over pairs / over agents x 2 dims).
     ent_coef_selection: float = 0.01
-    ent_coef_behavior: float = 0.0
+    ent_coef_behavior: float = 0.01
     vf_coef: float = 1.0
     max_grad_norm: float = 0.5
     lr_selection: float = 3e-4
