@@ -72,6 +72,9 @@ def test_a_cpu_tensor_would_be_caught():
 
 def test_device_option_auto_and_errors(monkeypatch):
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu")
     with pytest.raises(ValueError, match=r"run.device.*cuda.is_available\(\) is False"):
