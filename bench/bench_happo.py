@@ -2,6 +2,7 @@
 
     python bench/bench_happo.py                 # HAPPO update time (4,096 transitions) + sim rollout SPS, 1 vs 2 Ray workers
     python bench/bench_happo.py --embedded      # also: share of an iteration spent outside LLM generation (embedded model)
+    python bench/bench_happo.py --update-devices  # only: HAPPO update time on CPU next to CUDA ("no GPU" without one)
 
 Targets (issue 6): update < 1 s on CPU; share outside generation <= 5 % with the embedded model.
 Sim numbers are synthetic (no LLM) and measure the pipeline only.
@@ -23,13 +24,8 @@ from train.config import load_config
 from train.workers import make_chunks, make_policy
 
 
-def bench_update(n_transitions: int = 4096, repeats: int = 3) -> None:
-    cfg = load_config("sim")
-    v, t = cfg.env.num_agents, cfg.env.rounds
-    e = n_transitions // t
-    torch.set_num_threads(cfg.run.torch_threads)
-    policy = make_policy(cfg)
-    learner = HAPPO(policy, Critic(state_dim(v), cfg.policy.critic_hidden), cfg.happo)
+def _update_batch(policy, v: int, t: int, e: int) -> RolloutBatch:
+    """A synthetic batch of e episodes x t steps with log-probs from `policy` (on CPU, as rollouts deliver it)."""
     g = torch.Generator().manual_seed(0)
     pairs = (torch.rand(e, t, v * (v - 1), generator=g) > 0.5).float()
     beh = torch.rand(e, t, v, 2 * v + 2, generator=g)
@@ -41,17 +37,49 @@ def bench_update(n_transitions: int = 4096, repeats: int = 3) -> None:
     dones = torch.zeros(e, t)
     dones[:, -1] = 1
     rewards = dones * (torch.rand(e, t, generator=g) > 0.5)
-    batch = RolloutBatch(sel, pairs, beh, raw, lps.reshape(e, t), lpb.reshape(e, t),
-                         torch.rand(e, t, state_dim(v), generator=g), rewards, dones)
+    return RolloutBatch(sel, pairs, beh, raw, lps.reshape(e, t), lpb.reshape(e, t),
+                        torch.rand(e, t, state_dim(v), generator=g), rewards, dones)
+
+
+def time_update(device: str, n_transitions: int = 4096, repeats: int = 3) -> list[float]:
+    """Wall times of `repeats` HAPPO updates (configs/sim.yaml settings) on `device`, after one warm-up."""
+    cfg = load_config("sim")
+    v, t = cfg.env.num_agents, cfg.env.rounds
+    torch.set_num_threads(cfg.run.torch_threads)
+    policy = make_policy(cfg)
+    batch = _update_batch(policy, v, t, n_transitions // t)
+    learner = HAPPO(policy, Critic(state_dim(v), cfg.policy.critic_hidden), cfg.happo, device)
+    sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
+    learner.update(batch, torch.Generator().manual_seed(1))  # warm-up (CUDA context, kernels, allocator)
     times = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         learner.update(batch, torch.Generator().manual_seed(1))
+        sync()
         times.append(time.perf_counter() - t0)
+    return times
+
+
+def bench_update(n_transitions: int = 4096, repeats: int = 3) -> None:
+    cfg = load_config("sim")
+    times = time_update("cpu", n_transitions, repeats)
     h = cfg.happo
     print(f"HAPPO update, {n_transitions} transitions ({h.update_epochs} epochs x {h.num_minibatches} minibatches, "
           f"2 actors + critic, {cfg.run.torch_threads} thread): median {statistics.median(times):.3f} s "
           f"(min {min(times):.3f}) -> target < 1 s: {'OK' if statistics.median(times) < 1 else 'MISSED'}")
+
+
+def bench_update_devices(n_transitions: int = 4096, repeats: int = 5) -> None:
+    """HAPPO update time on CPU next to CUDA (or 'no GPU'), same batch and settings."""
+    cpu = statistics.median(time_update("cpu", n_transitions, repeats))
+    if torch.cuda.is_available():
+        gpu = statistics.median(time_update("cuda", n_transitions, repeats))
+        gpu_text = f"cuda ({torch.cuda.get_device_name()}) {gpu:.3f} s ({cpu / gpu:.1f}x)"
+    else:
+        gpu_text = "cuda: no GPU (torch.cuda.is_available() is False)"
+    print(f"HAPPO update, {n_transitions} transitions, configs/sim.yaml settings, median of {repeats}: "
+          f"cpu {cpu:.3f} s | {gpu_text}")
 
 
 def bench_sim_rollouts(episodes: int = 256, envs_per_worker: int = 64) -> None:
@@ -99,7 +127,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--embedded", action="store_true", help="also time one iteration on the embedded model")
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument("--update-devices", action="store_true", help="only: update time on CPU next to CUDA")
     args = ap.parse_args()
+    if args.update_devices:
+        bench_update_devices()
+        raise SystemExit(0)
     bench_update()
     if not args.skip_ray:
         bench_sim_rollouts()

@@ -84,7 +84,7 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
                           "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]"},
             "behavior": {"dim": behavior_obs_dim(v),
                          "layout": "per agent: [E_hat_i (V), u_hat_i, conflict_i, one_hot(i) (V)] after fusing "
-                                   "agent i's opinion with the peers it reads"},
+                                   "agent i's opinion with the peers it reads; conflict_i = 0 under fusion 'mean'"},
             "evidence": "e_ij = (2 + cos(h_i, h_j) + cos(c_i, c_j)) / 4 over reasoning (h) and conclusion (c)",
         },
         "action": {

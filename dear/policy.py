@@ -12,13 +12,14 @@ Conventions (also used by the environment and the export manifest):
   order (`selection_observation`).
 - Behavior observation (per agent, 2V+2): ``[Ê_i (V), û_i, conflict_i, one_hot(i) (V)]`` where
   ``Ê_i = b̂_i · V / û_i`` is the fused evidence of agent i's opinion combined with the peers it reads
-  (`behavior_observation`).
+  (`behavior_observation`); conflict_i is the Dempster conflict K_i, and 0 under the "mean" fusion ablation.
 - Behavior action: raw pre-sigmoid ``z (V, 2)`` = (temperature, top-p) per agent; flattened agent-major to
   ``2V`` values ``[z_0T, z_0P, z_1T, z_1P, ...]`` in the environment's action. `to_sampling` maps it.
 - One joint action per RL agent, so ONE probability ratio each: the selection log-prob is the SUM of the
   V(V-1) Bernoulli log-probs, the behavior log-prob is the SUM over the 2 dims and over all V agents.
-  (Taking the product of per-dimension ratios, as HARL does for MultiDiscrete, raises the ratio to the
-  k-th power; we never form per-dimension ratios.)
+  This is the same joint ratio HARL uses: its Gaussian keeps per-dimension log-probs and its HAPPO multiplies
+  the per-dimension ratios (`action_aggregation: prod`), and prod_k exp(Δ_k) = exp(sum_k Δ_k). Summing
+  log-probs first, as here, forms that product in log space.
 """
 
 from __future__ import annotations
@@ -461,7 +462,8 @@ class JointPolicy(nn.Module):
         ``selection_obs`` (B, V(2V+1)), ``b`` (B, V, V), ``u`` (B, V) come from the regulator's
         `BeliefObservation` (or the env observation). Deterministic: pairs = 1[p > 0.5], raw = mean.
         """
-        selection_obs, b, u = (torch.as_tensor(x, dtype=torch.float32) for x in (selection_obs, b, u))
+        device = self.behavior.log_std.device  # inputs may come from numpy/CPU; compute where the nets are
+        selection_obs, b, u = (torch.as_tensor(x, dtype=torch.float32, device=device) for x in (selection_obs, b, u))
         pairs, logp_s, ent_s = self._select(selection_obs, deterministic)
         mask = pairs_to_mask(pairs, self.n_agents)
         behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)

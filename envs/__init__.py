@@ -16,7 +16,8 @@ if ENV_ID not in gymnasium.registry:
         vector_entry_point="envs.vector_env:DebateVectorEnv",
         # The debate itself ends after n_rounds steps; no TimeLimit wrapper needed.
         max_episode_steps=None,
-        # Every step calls an LLM; the passive checker's extra reset/step probes are not free.
+        # Gymnasium's passive checker stays on: it only inspects the outputs of the first real reset/step
+        # against the spaces (no extra reset/step calls, so no extra LLM calls) and catches layout mistakes.
         disable_env_checker=False,
     )
 

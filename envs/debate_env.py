@@ -15,8 +15,12 @@ Action (Dict):
 Reward: 0 on intermediate steps (unless `shaping=True`); terminal
     1[plurality answer correct] - token_cost * (all prompt + completion tokens of the debate) / 1000,
 with the parts in info["reward_correct"] and info["reward_tokens"].
-Shaping (off by default): potential-based, Φ = fraction of agents currently correct, adds
-shaping_coef * (Φ_r - Φ_{r-1}) each step (telescopes, so it does not change the optimal policy).
+Shaping (off by default): potential-based (Ng, Harada & Russell 1999), Φ(s_r) = fraction of agents whose
+round-r answer is correct, Φ = 0 at the terminal state; step r adds shaping_coef * (γ Φ(s_r) - Φ(s_{r-1}))
+with γ = shaping_gamma (set it to the trainer's discount, happo.gamma = 1 by default). Its discounted sum over
+an episode telescopes to -shaping_coef * Φ(s_0), fixed by round 0 before any action, so every policy's return
+shifts by the same amount and the optimal policy is unchanged; the per-step terms still credit the rounds
+that made agents correct.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class EnvConfig:
     max_tokens: int = 512
     shaping: bool = False
     shaping_coef: float = 0.1
+    shaping_gamma: float = 1.0  # γ of the shaping term F = γΦ(s') - Φ(s); the trainer's discount
     seed: int = 0  # seeds question loading and the engine's per-request seeds
 
     def __post_init__(self):
@@ -83,6 +88,8 @@ class EnvConfig:
             raise ValueError(f"top_p_range must lie in (0, 1], got {self.top_p_range}")
         if self.token_cost < 0:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
+        if not 0 < self.shaping_gamma <= 1:
+            raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
 
 
 @dataclass
@@ -261,8 +268,9 @@ class DebateCore:
     def reward(self, d: Debate, prev_correct_frac: float) -> tuple[float, dict[str, Any]]:
         """Reward of the step that just ran on `d` plus the reward parts for info."""
         cfg = self.config
-        frac = float(np.mean([t.correct for t in d.last_turns]))
-        shaping = cfg.shaping_coef * (frac - prev_correct_frac) if cfg.shaping else 0.0
+        # Φ(terminal) = 0 makes the shaping sum policy-invariant (module docstring).
+        phi = 0.0 if d.done else float(np.mean([t.correct for t in d.last_turns]))
+        shaping = cfg.shaping_coef * (cfg.shaping_gamma * phi - prev_correct_frac) if cfg.shaping else 0.0
         parts: dict[str, Any] = {"reward_shaping": shaping}
         reward = shaping
         if d.done:
@@ -319,6 +327,7 @@ class DebateEnv(gym.Env):
         max_tokens: int = 512,
         shaping: bool = False,
         shaping_coef: float = 0.1,
+        shaping_gamma: float = 1.0,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
@@ -339,6 +348,7 @@ class DebateEnv(gym.Env):
             max_tokens=max_tokens,
             shaping=shaping,
             shaping_coef=shaping_coef,
+            shaping_gamma=shaping_gamma,
             seed=seed,
         )
         self.core = DebateCore(

@@ -68,6 +68,7 @@ class DebateVectorEnv(VectorEnv):
         max_tokens: int = 512,
         shaping: bool = False,
         shaping_coef: float = 0.1,
+        shaping_gamma: float = 1.0,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
@@ -96,6 +97,7 @@ class DebateVectorEnv(VectorEnv):
             max_tokens=max_tokens,
             shaping=shaping,
             shaping_coef=shaping_coef,
+            shaping_gamma=shaping_gamma,
             seed=seed,
         )
         self.core = DebateCore(

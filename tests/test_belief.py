@@ -173,7 +173,7 @@ def test_total_conflict_is_finite_and_documented_yager_rule():
         for x in (fused.b, fused.u, fused.conflict, fused.evidence):
             assert bool(torch.isfinite(x).all()), rule
         _close(fused.b.sum(-1) + fused.u, np.ones((1, 3)), atol=1e-12)
-        _close(fused.conflict, np.ones((1, 3)), atol=1e-12)
+        _close(fused.conflict, np.full((1, 3), 1.0 if rule == "dst" else 0.0), atol=1e-12)  # mean: no DST conflict
     ref = ref_fuse(RefOpinion(b=op.b.numpy(), u=op.u.numpy()), full.numpy())
     _close(fuse(op, full).u, ref.u, atol=1e-12)
 
@@ -256,7 +256,9 @@ def test_mean_rule_is_plain_mean_and_differs_from_dst():
     _close(mean.u[0, 1], (op.u[0, 1] + op.u[0, 0]) / 2, atol=1e-12)
     dst = fuse(op, mask, rule="dst")
     assert not torch.allclose(mean.u, dst.u)
-    assert torch.equal(mean.conflict, dst.conflict)  # same documented conflict for both rules
+    # The ablation carries no DST quantity: its conflict entry is 0 where DST reports a real conflict.
+    assert torch.all(mean.conflict == 0)
+    assert bool((dst.conflict[0, :2] > 0).all())
     # DST sharpens agreement: agent 0 reading its ally 1 becomes more certain than under the mean.
     assert dst.u[0, 1] < mean.u[0, 1]
 

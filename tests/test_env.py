@@ -140,16 +140,40 @@ def test_reward_parts_and_token_cost():
     env.close()
 
 
-def test_shaping_telescopes():
-    env = make(n_rounds=3, shaping=True, shaping_coef=1.0, token_cost=0.0)
-    rng = np.random.default_rng(4)
-    _, info0 = env.reset(seed=5)
-    total, terminated = 0.0, False
+def _shaping_terms(env, reset_seed: int, action_seed: int) -> tuple[list[float], float, dict]:
+    """Shaping part of each step's reward for one episode under random actions, Φ(s_0), last info."""
+    rng = np.random.default_rng(action_seed)
+    _, info0 = env.reset(seed=reset_seed)
+    terms, terminated = [], False
     while not terminated:
         _, r, terminated, _, info = env.step(random_action(env, rng))
-        total += r
-    expected = info["reward_correct"] + info["correct"].mean() - info0["correct"].mean()
-    assert total == pytest.approx(expected)
+        terms.append(info["reward_shaping"])
+        assert r == pytest.approx(info["reward_shaping"] + info.get("reward_correct", 0.0))  # token_cost = 0
+    return terms, float(info0["correct"].mean()), info
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_shaping_telescopes_to_a_policy_independent_constant(gamma):
+    """F_r = coef (γ Φ(s_r) - Φ(s_{r-1})) with Φ(terminal) = 0: the discounted sum is -coef Φ(s_0) whatever
+    the actions, while the intermediate terms do depend on them (so the shaping still carries signal)."""
+    coef = 0.5
+    env = make(n_rounds=3, shaping=True, shaping_coef=coef, shaping_gamma=gamma, token_cost=0.0)
+    runs = [_shaping_terms(env, reset_seed=5, action_seed=a) for a in range(6)]
+    phi0 = runs[0][1]
+    for terms, phi, info in runs:
+        assert phi == phi0  # same seeded round 0
+        discounted = sum(gamma**t * f for t, f in enumerate(terms))
+        assert discounted == pytest.approx(-coef * phi0, abs=1e-12)
+        # the last term pays back the potential of round R-1 (Φ(terminal) = 0), not the final correctness
+        phi_before_last = float(np.mean(info["correct_per_round"][-2]))  # rows: rounds 0..R
+        assert terms[-1] == pytest.approx(-coef * phi_before_last)
+    assert len({tuple(round(f, 12) for f in terms) for terms, _, _ in runs}) > 1  # actions changed the terms
+    env.close()
+
+
+def test_shaping_gamma_must_be_a_discount():
+    with pytest.raises(ValueError, match="shaping_gamma"):
+        make(shaping=True, shaping_gamma=1.5)
 
 
 def test_seeded_reset_is_deterministic_and_question_index():

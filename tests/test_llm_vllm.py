@@ -1,12 +1,17 @@
-"""VLLMBackend: a clear error without vllm/CUDA here; a real run on a GPU machine."""
+"""VLLMBackend: a clear error without vllm/CUDA here; its code driven through a stand-in `vllm` (vLLM 0.33.0
+signatures) in CI; a real run on a GPU machine."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from dear.llm import BackendError, ChatMessage, ChatRequest
+from dear.llm.registry import make_backend
 from dear.llm.vllm_backend import VLLMBackend, cuda_available
 
 HAVE_GPU = importlib.util.find_spec("vllm") is not None and cuda_available()
@@ -37,58 +42,87 @@ def test_real_vllm_batch():
     assert backend.count_tokens("hello world") >= 2 and backend.context_length == 2048
 
 
-def test_plumbing_with_a_stand_in_vllm(monkeypatch):
-    """Test double for the `vllm` module: checks one SamplingParams per request and the output mapping."""
-    import sys
-    import types
+# ---------------------------------------------------------------------------------------------------
+# The in-process GPU path's code, driven through a stand-in `vllm` module that follows vLLM 0.33.0's
+# signatures (tests/vllm_stand_in.py names what it was read from).
 
+
+@pytest.fixture
+def stand_in(monkeypatch):
     from dear.llm import vllm_backend
+    from tests import vllm_stand_in
 
-    seen = {}
-
-    class SamplingParams:
-        def __init__(self, **kw):
-            self.kw = kw
-
-    class Tokenizer:
-        def encode(self, text, add_special_tokens=True):
-            return text.split()
-
-    class LLM:
-        def __init__(self, model, **kw):
-            seen["init"] = (model, kw)
-            self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(max_model_len=1234))
-
-        def get_tokenizer(self):
-            return Tokenizer()
-
-        def chat(self, conversations, sampling_params, use_tqdm):
-            seen["chat"] = (conversations, [s.kw for s in sampling_params])
-            return [
-                types.SimpleNamespace(
-                    prompt_token_ids=list(range(10 + i)),
-                    outputs=[
-                        types.SimpleNamespace(text=f"out{i}", token_ids=[1] * (i + 1), finish_reason="length")
-                    ],
-                )
-                for i in range(len(conversations))
-            ]
-
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    vllm_stand_in.LLM.instances.clear()
+    monkeypatch.setitem(sys.modules, "vllm", vllm_stand_in)
     monkeypatch.setattr(vllm_backend, "cuda_available", lambda: True)
-    backend = vllm_backend.VLLMBackend("some/model", tensor_parallel_size=2)
-    assert seen["init"] == ("some/model", {"tensor_parallel_size": 2})
-    assert backend.model_id == "vllm:some/model" and backend.context_length == 1234
-    msgs = (ChatMessage("system", "s"), ChatMessage("user", "u"))
-    out = backend.generate(
-        [ChatRequest(msgs, temperature=0.3, top_p=0.8, max_tokens=9, seed=5, stop=("X",)), ChatRequest(msgs)]
-    )
-    conversations, params = seen["chat"]
-    assert conversations[0] == [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    assert params[0] == {"temperature": 0.3, "top_p": 0.8, "max_tokens": 9, "seed": 5, "stop": ["X"]}
-    assert params[1]["seed"] is None and params[1]["stop"] is None and params[1]["temperature"] == 0.7
-    assert [(c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) for c in out] == [
-        ("out0", 10, 1, "length"),
-        ("out1", 11, 2, "length"),
-    ]
+    return vllm_stand_in
+
+
+def test_stand_in_version_is_the_pinned_one():
+    from packaging.requirements import Requirement
+
+    from tests.vllm_stand_in import VLLM_VERSION
+
+    data = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    [req] = [Requirement(r) for r in data["project"]["optional-dependencies"]["gpu"] if r.startswith("vllm")]
+    assert VLLM_VERSION == "0.33.0"
+    assert req.specifier.contains(VLLM_VERSION)
+    assert not req.specifier.contains("0.34.0") and not req.specifier.contains("0.32.0")  # pinned both ways
+
+
+def test_backend_through_the_stand_in(stand_in):
+    backend = make_backend("vllm:some/model", tensor_parallel_size=2, max_model_len=4096)
+    [llm] = stand_in.LLM.instances
+    assert llm.model == "some/model"
+    assert llm.init_kwargs["enable_prefix_caching"] is True  # on by default
+    assert llm.init_kwargs["tensor_parallel_size"] == 2
+    assert backend.model_id == "vllm:some/model" and backend.context_length == 4096
+    msgs = (ChatMessage("system", "be brief"), ChatMessage("user", "a b c d e"))
+    out = backend.generate([
+        ChatRequest(msgs, temperature=0.3, top_p=0.8, max_tokens=3, seed=5, stop=("X",)),
+        ChatRequest((ChatMessage("user", "one two X three"),), max_tokens=50, stop=("X",)),
+        ChatRequest((ChatMessage("user", "short"),)),
+    ])
+    prompts, params = llm.chat_calls[-1]
+    assert len(prompts) == 3 and len(params) == 3  # one chat() call, one SamplingParams per request
+    assert prompts[0].startswith("<|system|>be brief\n<|user|>a b c d e")
+    p = params[0]
+    assert (p.temperature, p.top_p, p.max_tokens, p.seed, p.stop) == (0.3, 0.8, 3, 5, ["X"])
+    assert params[2].seed is None and params[2].stop == [] and params[2].temperature == 0.7
+    assert [(c.text, c.completion_tokens, c.finish_reason) for c in out] == [
+        ("a b c", 3, "length"), ("one two", 2, "stop"), ("short", 1, "stop")]
+    tok = llm.get_tokenizer()
+    assert [c.prompt_tokens for c in out] == [len(tok.encode(x)) for x in prompts]
+    assert all(c.ok and c.latency_s >= 0 for c in out)
     assert backend.count_tokens("a b c") == 3
+    assert backend.generate([]) == []
+
+
+def test_prefix_caching_is_configurable(stand_in):
+    make_backend("vllm:m", enable_prefix_caching=False)
+    assert stand_in.LLM.instances[-1].init_kwargs["enable_prefix_caching"] is False
+
+
+def test_failed_batch_returns_errors_and_bad_engine_args_raise(stand_in):
+    backend = VLLMBackend("m")
+    stand_in.LLM.instances[-1].fail_next = RuntimeError("CUDA out of memory")
+    out = backend.generate([ChatRequest((ChatMessage("user", "q"),)), ChatRequest((ChatMessage("user", "r"),))])
+    assert [c.finish_reason for c in out] == ["error", "error"]
+    assert all("CUDA out of memory" in c.error for c in out)
+    with pytest.raises(BackendError, match=r"could not load 'm'.*no_such_engine_arg"):
+        VLLMBackend("m", no_such_engine_arg=1)
+
+
+def test_a_debate_runs_on_the_in_process_path(stand_in):
+    """The engine -> VLLMBackend -> vllm.LLM.chat path end to end (the echo model gives no real answers)."""
+    from dear.debate.engine import DebateConfig, DebateEngine
+    from dear.debate.protocols import make_protocol
+    from dear.tasks import load
+
+    cfg = DebateConfig(n_agents=3, n_rounds=1, max_tokens=64)
+    debates = DebateEngine(make_backend("vllm:m"), cfg).run(load("gsm8k", "test", n=2), make_protocol("mad", cfg))
+    assert all(d.finished and not d.failed for d in debates)
+    [llm] = stand_in.LLM.instances
+    assert len(llm.chat_calls) == 2  # round 0 and round 1, each ONE batched call for both debates
+    assert all(len(prompts) == 2 * 3 for prompts, _ in llm.chat_calls)
+    assert all(t.completion_tokens > 0 for d in debates for rnd in d.trace.rounds for t in rnd)

@@ -66,6 +66,9 @@ def test_observation_layouts(v):
         assert torch.allclose(obs[..., v], fused.u)
         assert torch.allclose(obs[..., v + 1], fused.conflict)
         assert torch.equal(obs[..., v + 2 :], torch.eye(v).expand(3, v, v))
+    # the "mean" ablation carries no DST conflict; DST does on this full mesh
+    assert torch.all(behavior_observation(b, u, mask, rule="mean")[..., v + 1] == 0)
+    assert bool((behavior_observation(b, u, mask, rule="dst")[..., v + 1] > 0).all())
     # an agent that reads no one keeps its own opinion and has zero conflict
     none = behavior_observation(b, u, torch.zeros(3, v, v, dtype=torch.bool))
     assert torch.allclose(none[..., v], u) and torch.all(none[..., v + 1] == 0)

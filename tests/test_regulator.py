@@ -102,6 +102,7 @@ def _synthetic_questions(n):
 def test_regulated_protocol_drives_engine_with_policy_decisions():
     cfg = DebateConfig(n_agents=3, n_rounds=2, seed=0)
     engine = DebateEngine(SimBackend(seed=0), cfg)
+    torch.manual_seed(0)  # the init and the stochastic masks below use the global RNG: independent of test order
     policy = JointPolicy(PolicyConfig(n_agents=3))
     with torch.no_grad():  # make the deterministic masks non-trivial
         torch.nn.init.normal_(policy.selection.net[-1].weight, std=2.0)

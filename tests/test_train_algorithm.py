@@ -55,51 +55,140 @@ def test_happo_factor_is_product_of_previous_ratios():
     assert not happo_factor([new[0].requires_grad_()], [old[0]]).requires_grad  # detached
 
 
-@pytest.mark.parametrize("order", ["fixed", "random"])
-def test_second_agent_uses_first_agents_ratio(order):
-    learner = _learner(agent_order=order, norm_adv=True)
+def _seed_giving(learner: HAPPO, order: tuple[str, str]) -> int:
+    """A generator seed under which `learner.agent_order` yields `order` (so both orders are really tested)."""
+    for seed in range(100):
+        if tuple(learner.agent_order(torch.Generator().manual_seed(seed))) == order:
+            return seed
+    raise AssertionError(f"no seed in 0..99 gives the order {order}")
+
+
+@pytest.mark.parametrize("agent_order, order", [
+    ("fixed", ("selection", "behavior")),
+    ("random", ("selection", "behavior")),
+    ("random", ("behavior", "selection")),
+])
+def test_second_agent_uses_first_agents_ratio(agent_order, order):
+    learner = _learner(agent_order=agent_order, norm_adv=True)
     batch = _batch(learner)
     _, adv, _ = learner.advantages(batch)  # critic is only updated after both actors
     adv = adv.reshape(-1)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    gen = torch.Generator().manual_seed(3)
-    first, second = learner.agent_order(torch.Generator().manual_seed(3))
-    stats = learner.update(batch, gen)
+    seed = _seed_giving(learner, order) if agent_order == "random" else 3
+    assert tuple(learner.agent_order(torch.Generator().manual_seed(seed))) == order
+    first, second = order
+    with torch.no_grad():
+        before = {a: getattr(learner.policy, a).state_dict() for a in order}
+        before = {a: {k: v.clone() for k, v in sd.items()} for a, sd in before.items()}
+    stats = learner.update(batch, torch.Generator().manual_seed(seed))
+    assert stats[f"losses/{first}/update_position"] == 0.0 and stats[f"losses/{second}/update_position"] == 1.0
     f = learner.last_factors
     assert torch.equal(f[first], torch.ones_like(f[first]))  # first agent: plain PPO on Â
-    n = adv.numel()
     with torch.no_grad():
         sel_new, _ = learner.policy.evaluate_selection(batch.flat("selection_obs"), batch.flat("pairs"))
         beh_new, _ = learner.policy.evaluate_behavior(batch.flat("behavior_obs"), batch.flat("raw_behavior"))
     new = {"selection": sel_new, "behavior": beh_new}
     old = {"selection": batch.flat("logp_selection"), "behavior": batch.flat("logp_behavior")}
+    # M of the second agent = the FIRST agent's ratio new/old only (the second agent's own ratio is not in it).
     expected = torch.exp(new[first] - old[first])
     assert torch.allclose(f[second], expected, atol=1e-6)
+    assert not torch.allclose(f[second], torch.exp(new[second] - old[second]), atol=1e-3)
     assert (expected - 1).abs().max() > 1e-3  # the first agent really moved, so M is not trivially 1
+    for a in order:  # both agents were updated
+        assert any(not torch.equal(v, getattr(learner.policy, a).state_dict()[k]) for k, v in before[a].items())
     # The second agent's reported surrogate is the clipped PPO loss on M·Â over the same batch.
     loss, _ = clipped_surrogate(new[second], old[second], expected * adv, learner.cfg.clip_coef)
     assert stats[f"losses/{second}/policy_loss"] == pytest.approx(loss.item(), rel=1e-5, abs=1e-7)
-    assert f[second].shape == (n,)
+    assert f[second].shape == (adv.numel(),)
 
 
-def test_bernoulli_joint_ratio_is_one_ratio():
-    """Selection has one joint log-prob (sum over pairs) -> ONE ratio per step, which is clipped as a whole.
-    Per-pair ratios of 1.1 each (inside the clip range) give a joint ratio 1.1^6 ≈ 1.77 that must be clipped;
-    the product of per-dimension ratios must not be raised to a further power."""
+def test_random_order_draws_both_orders():
+    learner = _learner(agent_order="random")
+    orders = {tuple(learner.agent_order(torch.Generator().manual_seed(s))) for s in range(20)}
+    assert orders == {("selection", "behavior"), ("behavior", "selection")}
+
+
+def _bernoulli_action_prob(logits: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    p = 1.0 / (1.0 + torch.exp(-logits.double()))
+    return torch.where(pairs > 0.5, p, 1.0 - p)
+
+
+def _gaussian_density(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    x, mean, std = x.double(), mean.double(), log_std.double().exp()
+    return torch.exp(-0.5 * ((x - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi))
+
+
+def test_joint_ratio_is_product_of_per_dimension_probability_ratios_and_clipped_as_one():
+    """Each actor has ONE ratio per step: the product over its action dimensions of new/old probability
+    ratios, computed here from the densities by hand (not from the policy's log-probs), and PPO clips that
+    joint ratio as a whole, even where every per-dimension ratio lies inside [1 - eps, 1 + eps]."""
     torch.manual_seed(0)
-    pol = JointPolicy(PolicyConfig(n_agents=V))
-    obs = torch.rand(5, V * (2 * V + 1))
-    pairs = (torch.rand(5, V * (V - 1)) > 0.5).float()
-    dist = pol.selection.distribution(obs)
-    joint = dist.log_prob(pairs)
-    assert joint.shape == (5,)
-    per_pair = torch.distributions.Bernoulli(logits=pol.selection(obs)).log_prob(pairs)
-    assert torch.allclose(joint, per_pair.sum(-1))
-    old = joint - V * (V - 1) * math.log(1.1)  # every pair's ratio is 1.1
-    ratio = torch.exp(joint - old)
-    assert torch.allclose(ratio, torch.full((5,), 1.1 ** (V * (V - 1))), rtol=1e-5)
-    _, diag = clipped_surrogate(joint, old, torch.ones(5), clip_coef=0.2)
-    assert diag["clipfrac"].item() == 1.0  # the joint ratio is clipped although each pair's is inside
+    old_pol = JointPolicy(PolicyConfig(n_agents=V))
+    new_pol = JointPolicy(PolicyConfig(n_agents=V))
+    new_pol.load_state_dict(old_pol.state_dict())
+    with torch.no_grad():
+        new_pol.selection.net[-1].bias.add_(0.3)  # every pair ratio in [0.85, 1.15]
+        new_pol.behavior.net[-1].bias.add_(torch.tensor([0.05, -0.05]))
+    n = 64
+    g = torch.Generator().manual_seed(1)
+    obs = torch.rand(n, V * (2 * V + 1), generator=g)
+    pairs = (torch.rand(n, V * (V - 1), generator=g) > 0.5).float()
+    beh_obs = torch.rand(n, V, 2 * V + 2, generator=g)
+    raw = old_pol.behavior(beh_obs).detach() + 0.3 * torch.randn(n, V, 2, generator=g)
+    with torch.no_grad():
+        per_pair = _bernoulli_action_prob(new_pol.selection(obs), pairs) / _bernoulli_action_prob(
+            old_pol.selection(obs), pairs)
+        per_dim = _gaussian_density(raw, new_pol.behavior(beh_obs), new_pol.behavior.log_std) / _gaussian_density(
+            raw, old_pol.behavior(beh_obs), old_pol.behavior.log_std)
+        lp_old = old_pol.evaluate_actions(obs, pairs, raw, behavior_obs=beh_obs)
+        lp_new = new_pol.evaluate_actions(obs, pairs, raw, behavior_obs=beh_obs)
+    for per, new_lp, old_lp in ((per_pair, lp_new.logp_selection, lp_old.logp_selection),
+                                (per_dim.reshape(n, -1), lp_new.logp_behavior, lp_old.logp_behavior)):
+        joint = per.prod(-1)
+        assert torch.allclose(torch.exp(new_lp - old_lp).double(), joint, rtol=1e-4)
+        _, diag = clipped_surrogate(new_lp, old_lp, torch.ones(n), clip_coef=0.2)
+        assert diag["clipfrac"].item() == pytest.approx(((joint - 1).abs() > 0.2).double().mean().item())
+    inside = ((per_pair - 1).abs() <= 0.2).all(-1)
+    joint_sel = per_pair.prod(-1)
+    assert bool((inside & ((joint_sel - 1).abs() > 0.2)).any())  # clipped jointly, not per pair
+    assert bool((inside & ((joint_sel - 1).abs() <= 0.2)).any())  # and not everything is clipped
+
+
+def _params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.named_parameters()}
+
+
+def _overflowing_batch(learner: HAPPO) -> RolloutBatch:
+    """A finite batch (passes check_finite) whose rewards are near float32's maximum, so un-normalised
+    advantages times ratios, or squared value errors, overflow to inf inside the losses."""
+    batch = _batch(learner)
+    batch.rewards[:, -1] = 3e38
+    return batch
+
+
+@pytest.mark.parametrize("agent", ["selection", "behavior"])
+def test_non_finite_policy_loss_raises_before_the_step(agent):
+    learner = _learner(norm_adv=False)
+    if agent == "behavior":  # the selection actor is fixed, so behavior is the one reaching its guard
+        learner.policy.config.selection_mode = "full"
+    batch = _overflowing_batch(learner)
+    before = _params(getattr(learner.policy, agent))
+    with pytest.raises(FloatingPointError, match=f"non-finite {agent} policy loss"):
+        learner.update(batch, torch.Generator().manual_seed(0))
+    after = dict(getattr(learner.policy, agent).named_parameters())
+    assert all(torch.equal(v, after[k]) for k, v in before.items())  # raised before the optimiser step
+
+
+def test_non_finite_value_loss_raises_before_the_step():
+    learner = _learner(value_norm=False)
+    # No trainable actor, so the update reaches the critic; its squared error overflows.
+    learner.policy.config.selection_mode, learner.policy.config.behavior_mode = "full", "fixed"
+    batch = _overflowing_batch(learner)
+    before = _params(learner.critic)
+    with pytest.raises(FloatingPointError, match="non-finite value loss"):
+        learner.update(batch, torch.Generator().manual_seed(0))
+    after = dict(learner.critic.named_parameters())
+    assert all(torch.equal(v, after[k]) for k, v in before.items())
 
 
 def test_gae_terminal_episode():

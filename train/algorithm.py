@@ -66,12 +66,30 @@ def explained_variance(y_pred: torch.Tensor, y_true: torch.Tensor) -> float:
     return float("nan") if var_y == 0 else float(1 - torch.var(y_true - y_pred) / var_y)
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """`run.device`: "auto" = CUDA when present, else CPU; otherwise any torch device string ("cuda:1")."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"run.device: {device!r} is not a torch device (use auto, cpu, cuda or cuda:N)") from exc
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"run.device: {device!r} but torch.cuda.is_available() is False; use run.device=auto or cpu")
+    return resolved
+
+
 class HAPPO:
-    """Learner state: the joint policy, the critic, their optimisers and the value normaliser."""
+    """Learner state: the joint policy, the critic, their optimisers and the value normaliser.
+
+    Everything the update touches lives on `device` (networks and their input-normaliser buffers, value
+    normaliser, Adam moments, the batch); rollouts stay on CPU and get CPU copies of the weights.
+    """
 
     def __init__(self, policy: JointPolicy, critic: Critic, cfg: HAPPOConfig, device: str | torch.device = "cpu"):
-        self.policy, self.critic, self.cfg = policy, critic, cfg
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
+        # Modules move before the optimisers are built, so the optimisers hold the device parameters.
+        self.policy, self.critic, self.cfg = policy.to(self.device), critic.to(self.device), cfg
         self.value_norm = ValueNorm().to(self.device)
         self.optimizers: dict[str, torch.optim.Optimizer] = {
             "selection": torch.optim.Adam(policy.selection.parameters(), lr=cfg.lr_selection, eps=1e-5),
@@ -118,6 +136,7 @@ class HAPPO:
         }
 
     def _minibatches(self, n: int, generator: torch.Generator):
+        # The permutation comes from the CPU generator, so the minibatches are the same on every device.
         perm = torch.randperm(n, generator=generator)
         return torch.tensor_split(perm, self.cfg.num_minibatches)
 
@@ -125,6 +144,7 @@ class HAPPO:
         """One HAPPO iteration on a complete-episode batch. Returns CleanRL-named scalars."""
         cfg = self.cfg
         batch.check_finite()
+        batch = batch.to(self.device)
         values, adv, returns = self.advantages(batch)
         adv, returns, values = adv.reshape(-1), returns.reshape(-1), values.reshape(-1)
         if cfg.norm_adv and adv.numel() > 1:
@@ -147,6 +167,7 @@ class HAPPO:
                 epochs_run += 1
                 kls = []
                 for idx in self._minibatches(n, generator):
+                    idx = idx.to(self.device)
                     logp, entropy = agent.evaluate(idx)
                     pg_loss, diag = clipped_surrogate(logp, agent.old_logp[idx], weighted_adv[idx], cfg.clip_coef)
                     ent = entropy.mean()
@@ -162,7 +183,7 @@ class HAPPO:
                     break
             # Diagnostics and the next agent's factor on the full batch under the updated policy.
             with torch.no_grad():
-                all_idx = torch.arange(n)
+                all_idx = torch.arange(n, device=self.device)
                 new_logp, entropy = agent.evaluate(all_idx)
                 pg_loss, diag = clipped_surrogate(new_logp, agent.old_logp, weighted_adv, cfg.clip_coef)
                 factor = factor * happo_factor([new_logp], [agent.old_logp])
@@ -202,6 +223,7 @@ class HAPPO:
         opt = self.optimizers["critic"]
         for _epoch in range(cfg.update_epochs):
             for idx in self._minibatches(returns.numel(), generator):
+                idx = idx.to(self.device)
                 v = self.critic(state[idx])
                 if cfg.clip_vloss:
                     v_clipped = old_v[idx] + torch.clamp(v - old_v[idx], -cfg.clip_coef, cfg.clip_coef)
@@ -218,11 +240,24 @@ class HAPPO:
 
     # -- state -------------------------------------------------------------------------------------
     def optimizer_state(self) -> dict:
-        return {k: o.state_dict() for k, o in self.optimizers.items()}
+        """Adam states with every tensor copied to CPU, so a checkpoint loads on any machine."""
+        return {k: _to_cpu(o.state_dict()) for k, o in self.optimizers.items()}
 
     def load_optimizer_state(self, state: dict) -> None:
+        """torch's `Optimizer.load_state_dict` casts the moments to each parameter's device (`step` stays
+        a CPU scalar, as torch keeps it), so a CPU checkpoint resumes on `self.device`."""
         for k, o in self.optimizers.items():
             o.load_state_dict(state[k])
+
+
+def _to_cpu(tree):
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_to_cpu(v) for v in tree]
+    return tree
 
 
 def seed_for(seed: int, *keys: int) -> int:

@@ -37,6 +37,10 @@ class RolloutBatch:
     def concat(cls, parts: list["RolloutBatch"]) -> "RolloutBatch":
         return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts], 0) for f in fields(cls)})
 
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        """The same batch on `device` (the learner's); tensors already there are shared, not copied."""
+        return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
     def flat(self, name: str) -> torch.Tensor:
         x = getattr(self, name)
         return x.reshape(-1, *x.shape[2:])

@@ -38,7 +38,7 @@ class RunConfig:
     out_dir: str = "runs"
     iterations: int = 200  # HAPPO iterations (rollout + update)
     checkpoint_every: int = 10  # iterations; a checkpoint is also written at the end and on SIGINT/SIGTERM
-    device: str = "cpu"  # learner device ("cuda" when present)
+    device: str = "auto"  # learner device: auto = CUDA when present, else CPU; or cpu / cuda / cuda:N
     torch_threads: int = 1  # learner threads; 1 keeps the CPU free for the LLM engine
 
 
@@ -112,8 +112,10 @@ class HAPPOConfig:
     gae_lambda: float = 0.95
     clip_coef: float = 0.2
     clip_vloss: bool = False
+    # Entropy bonus as in HARL (harl/configs/algos_cfgs/happo.yaml, algo.entropy_coef: 0.01, one value for
+    # every actor); the entropy is of the agent's joint action (summed over pairs / over agents x 2 dims).
     ent_coef_selection: float = 0.01
-    ent_coef_behavior: float = 0.0
+    ent_coef_behavior: float = 0.01
     vf_coef: float = 1.0
     max_grad_norm: float = 0.5
     lr_selection: float = 3e-4
@@ -155,6 +157,8 @@ class TrainConfig:
 
         need(self.run.iterations >= 1, "run.iterations", "must be >= 1")
         need(self.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
+        need(self.run.device == "auto" or _is_torch_device(self.run.device), "run.device",
+             f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")
         need(self.env.num_agents >= 2, "env.num_agents", "needs at least 2 agents")
         need(self.env.rounds >= 1, "env.rounds", "needs at least 1 exchange round")
         for key, (lo, hi) in (("env.temperature_range", self.env.temperature_range),
@@ -170,6 +174,16 @@ class TrainConfig:
         need(0 <= self.happo.gae_lambda <= 1, "happo.gae_lambda", "must be in [0, 1]")
         need(self.happo.clip_coef > 0, "happo.clip_coef", "must be > 0")
         self.llm.backend_spec()  # openai without url
+
+
+def _is_torch_device(name: str) -> bool:
+    import torch
+
+    try:
+        torch.device(name)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _plain(x: Any) -> Any:

@@ -13,6 +13,7 @@ in-process). Every scalar goes to RUN_DIR/metrics.{csv,jsonl}; checkpoints to RU
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import math
@@ -262,6 +263,8 @@ class Trainer:
 def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, deterministic: bool = True,
              split: str | None = None) -> dict[str, float]:
     """Run `episodes` debates in-process under `policy`; same (cfg, episodes, seed, split) = same debates."""
+    if next(policy.parameters()).device.type != "cpu":
+        policy = copy.deepcopy(policy).cpu()  # rollouts run on CPU; the learner's policy may be on run.device
     ecfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, split=split or cfg.env.split),
                                rollout=dataclasses.replace(cfg.rollout, num_workers=0))
     pool = LocalPool(ecfg)

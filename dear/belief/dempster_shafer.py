@@ -18,7 +18,7 @@ behavior policy; a mean would claim belief in two contradictory answers at once.
 `opinions()` always have u > 1/2, so real debates never reach this branch; it exists so that no input can
 produce NaN/inf. Associativity holds wherever Dempster's rule is defined (1 - C >= TOTAL_CONFLICT_EPS).
 
-Accumulated conflict of agent i (Fused.conflict) is
+Accumulated conflict of agent i (Fused.conflict; rule "dst" only, 0 under the "mean" ablation, see `fuse`) is
 
     K_i = 1 - prod_steps (1 - C_step)
 
@@ -142,20 +142,25 @@ def _dst_fold(op: Opinion, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def fuse(op: Opinion, mask: torch.Tensor, rule: str = "dst") -> Fused:
     """Fuse each agent's opinion with the peers it reads (mask[bt, i, j] = True: agent i reads agent j).
 
-    rule="dst": Dempster's rule folded over the selected peers. rule="mean" (the paper's "Mean" ablation):
-    plain mean of the own and selected opinions' b and u. Both report the same accumulated Dempster conflict
-    K_i (it describes the opinions, not how they are merged), so the ablation changes only the fusion.
-    An agent that reads no one keeps its own opinion (and K_i = 0).
+    rule="dst": Dempster's rule folded over the selected peers; conflict = the accumulated K_i.
+    rule="mean" (the paper's "Mean" ablation, DESIGN §5): plain mean of the own and selected opinions' b and u,
+    and conflict = 0 for every agent. The paper credits DST with exposing the conflict between opinions
+    ("naive mean pooling flattens the fine structure of consensus and disagreement"; the Mean ablation loses
+    "DST's distinguishing of conflict"), so the ablation carries no DST quantity at all: the entry keeps
+    its slot in the behavior observation (same network shape) but is a constant 0 and tells the policy nothing.
+    An agent that reads no one keeps its own opinion (and conflict 0) under both rules.
     """
     if rule not in FUSION_RULES:
         raise ValueError(f"unknown fusion rule {rule!r}; expected one of {FUSION_RULES}")
     _check_opinion(op)
     mask = _check_mask(mask, op.batch_size, op.num_agents, op.b.device)
-    fused_b, fused_u, conflict = _dst_fold(op, mask)
     if rule == "mean":
         reads = mask.to(op.b.dtype)  # (B, V, V); reads @ op.b sums the selected peers' belief vectors
         count = 1.0 + reads.sum(-1)
         fused_b = (op.b + reads @ op.b) / count.unsqueeze(-1)
         fused_u = (op.u + (reads @ op.u.unsqueeze(-1)).squeeze(-1)) / count
+        conflict = torch.zeros_like(fused_u)  # no Dempster conflict in the ablation (docstring)
+    else:
+        fused_b, fused_u, conflict = _dst_fold(op, mask)
     evidence = fused_b * (op.num_agents / fused_u.clamp_min(EVIDENCE_U_FLOOR)).unsqueeze(-1)
     return Fused(b=fused_b, u=fused_u, conflict=conflict, evidence=evidence)

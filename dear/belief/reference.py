@@ -76,10 +76,9 @@ def ref_fuse(op: RefOpinion, mask: np.ndarray, rule: str = "dst") -> RefFused:
             for j in peers:
                 step = ref_combine(cur_b, cur_u, b_in[bt, j], float(u_in[bt, j]))
                 cur_b, cur_u, kept = step.b, step.u, kept * (1.0 - step.conflict)
-            conflict[bt, i] = 1.0 - kept
             if rule == "dst":
-                b[bt, i], u[bt, i] = cur_b, cur_u
-            elif rule == "mean":
+                b[bt, i], u[bt, i], conflict[bt, i] = cur_b, cur_u, 1.0 - kept
+            elif rule == "mean":  # the ablation reports no Dempster conflict (stays 0)
                 members = [i] + peers
                 b[bt, i] = sum(b_in[bt, j] for j in members) / len(members)
                 u[bt, i] = sum(u_in[bt, j] for j in members) / len(members)
