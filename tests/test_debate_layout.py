@@ -171,3 +171,52 @@ def test_reused_prompt_tokens_are_read_from_the_response():
 
 def test_answer_text_helper_still_parses():
     assert prompts.parse_sections(answer_text(0, 1, "7")).final == "\\boxed{7}"
+
+
+def test_layout_comparison_runs_resumes_and_reports_on_the_sim_backend(tmp_path, capsys):
+    from eval import layouts
+
+    args = ["--task", "synthetic", "--llm", "sim", "--n", "4", "--chunk", "2", "--out", str(tmp_path / "lay")]
+    assert layouts.main(args) == 0
+    rows = (tmp_path / "lay" / "arms.jsonl").read_text().splitlines()
+    assert len(rows) == 4 * len(layouts.ARMS)
+    summary = (tmp_path / "lay" / "summary.md").read_text()
+    assert "n = 4 questions" in summary and "Reading: **" in summary
+    for arm in layouts.ARMS:
+        assert f"| {arm.name} |" in summary
+    assert "synthetic" in (tmp_path / "lay" / "summary.csv").read_text().splitlines()[0]
+    # The same command again finds everything done and makes no new rows; a bigger --n continues.
+    assert layouts.main(args) == 0
+    assert len((tmp_path / "lay" / "arms.jsonl").read_text().splitlines()) == len(rows)
+    assert layouts.main([*args[:-2], "--out", str(tmp_path / "lay"), "--n", "6"]) == 0
+    assert len((tmp_path / "lay" / "arms.jsonl").read_text().splitlines()) == 6 * len(layouts.ARMS)
+    # Every arm continued the one stored round 0.
+    import json
+
+    round0 = {json.loads(x)["question_id"]: json.loads(x)["rounds"][0]
+              for x in (tmp_path / "lay" / "round0.jsonl").read_text().splitlines()}
+    for line in (tmp_path / "lay" / "arms.jsonl").read_text().splitlines():
+        trace = json.loads(line)["trace"]
+        assert [t["text"] for t in trace["rounds"][0]] == [t["text"] for t in round0[trace["question_id"]]]
+    with pytest.raises(SystemExit, match="other settings"):
+        layouts.main([*args, "--max-tokens", "99"])
+
+
+@pytest.mark.slow
+def test_real_llama_cpp_keeps_each_agent_on_its_slot_and_reuses_its_conversation():
+    """Smoke GGUF through llama.cpp: in the multi-turn layout every agent's exchange call finds its whole previous
+    conversation in its slot's KV cache (the prefix property plus SlotAffinity), for two debates at once."""
+    from dear.llm.registry import make_backend
+
+    with make_backend("smoke", n_parallel=6, n_ctx=2048) as be:
+        eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=2, max_tokens=24, layout="multiturn"))
+        debates = eng.run(tasks.load("gsm8k", n=2, seed=0), MADProtocol(3, 2))
+    for d in debates:
+        rounds = d.trace.rounds
+        for r in (1, 2):
+            for t in rounds[r]:
+                previous = rounds[r - 1][t.agent]
+                # The previous prompt and (up to re-tokenisation at the turn boundary) the previous answer.
+                assert t.reused_prompt_tokens >= previous.prompt_tokens, (r, t.agent)
+                assert t.reused_prompt_tokens <= previous.prompt_tokens + previous.completion_tokens + 2
+    assert eng.stats.reused_prompt_tokens > 0

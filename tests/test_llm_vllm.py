@@ -126,3 +126,21 @@ def test_a_debate_runs_on_the_in_process_path(stand_in):
     assert len(llm.chat_calls) == 2  # round 0 and round 1, each ONE batched call for both debates
     assert all(len(prompts) == 2 * 3 for prompts, _ in llm.chat_calls)
     assert all(t.completion_tokens > 0 for d in debates for rnd in d.trace.rounds for t in rnd)
+
+
+def test_multiturn_debate_reports_prefix_cache_reuse(stand_in):
+    """In the multi-turn layout an agent's round-1 prompt extends its round-0 prompt, so vLLM's prefix cache
+    serves that part; the backend reports it per call and the trace keeps it."""
+    from dear.debate.engine import DebateConfig, DebateEngine
+    from dear.debate.protocols import make_protocol
+    from dear.tasks import load
+
+    cfg = DebateConfig(n_agents=3, n_rounds=1, max_tokens=64, layout="multiturn")
+    (d,) = DebateEngine(make_backend("vllm:m"), cfg).run(load("gsm8k", "test", n=1), make_protocol("mad", cfg))
+    round0, round1 = d.trace.rounds
+    assert round0[0].reused_prompt_tokens == 0  # nothing cached yet
+    # Agent 0's round-1 prompt: its round-0 prompt is cached, the peers' turn is new. (The echo model makes the
+    # other agents' prompts identical to agent 0's, so theirs are served whole from the cache.)
+    assert 0 < round1[0].reused_prompt_tokens < round1[0].prompt_tokens
+    assert all(t.reused_prompt_tokens > 0 for t in round1)
+    assert all(t.computed_prompt_tokens == t.prompt_tokens - t.reused_prompt_tokens for t in round1)

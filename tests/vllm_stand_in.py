@@ -106,6 +106,7 @@ class LLM:
         self.model_config = self.llm_engine.model_config
         self.chat_calls: list[tuple[list, list[SamplingParams]]] = []
         self.fail_next: Exception | None = None
+        self._seen_prompts: list[list[int]] = []  # for num_cached_tokens under prefix caching
         LLM.instances.append(self)
 
     def get_tokenizer(self) -> _Tokenizer:
@@ -163,6 +164,23 @@ class LLM:
             completion = CompletionOutput(index=0, text=text, token_ids=tok.encode(text, add_special_tokens=False),
                                           cumulative_logprob=None, logprobs=None, finish_reason=finish,
                                           stop_reason=stop_reason)
-            outputs.append(RequestOutput(str(k), prompt, tok.encode(prompt), None, [completion], True,
-                                         num_cached_tokens=0))
+            ids = tok.encode(prompt)
+            outputs.append(RequestOutput(str(k), prompt, ids, None, [completion], True,
+                                         num_cached_tokens=self._cached_prefix(ids)))
+            self._seen_prompts.append(ids)
         return outputs
+
+    def _cached_prefix(self, ids: list[int]) -> int:
+        """Automatic prefix caching, simplified: the longest prefix shared with an earlier prompt (vLLM counts
+        whole KV blocks; a token count is enough for the backend's accounting)."""
+        if not self.init_kwargs.get("enable_prefix_caching"):
+            return 0
+        best = 0
+        for seen in self._seen_prompts:
+            n = 0
+            for a, b in zip(seen, ids):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        return best

@@ -26,8 +26,9 @@ class VLLMBackend(Backend):
     """`vllm.LLM(model, enable_prefix_caching=..., **engine_kwargs)`; the model's chat template formats messages.
 
     vLLM batches the whole list continuously on the GPU, so a round of all debates and agents is one call.
-    Prefix caching is on by default: the agents of a debate share the question and the peers' answers at the
-    start of their prompts, so their KV blocks are computed once. Written against vLLM 0.33 (the `gpu` extra's
+    Prefix caching is on by default: in the multi-turn layout each agent's prompt extends its previous one, and
+    all prompts share the system prompt and question, so those KV blocks are computed once; the reused count
+    comes back per call (`Completion.reused_prompt_tokens`, from `RequestOutput.num_cached_tokens`). Written against vLLM 0.33 (the `gpu` extra's
     pin; tests/vllm_stand_in.py mirrors its signatures).
     Typical engine_kwargs: tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype, seed.
     """
