@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 CHECKSUM_FORMAT = "dear-sha256"
+CHECKSUMS_FILE = "checksums.json"  # the checksum file of a training checkpoint directory
 
 
 class IntegrityError(ValueError):
@@ -84,3 +85,21 @@ def verify_checksums(directory: str | Path, checksum_file: str) -> dict[str, str
             raise IntegrityError(f"{target}: damaged: its sha256 does not match the one recorded at save time "
                                  f"in {path}")
     return files
+
+
+def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+    """Fail before any work when `path` cannot become an output file: it is a directory, a parent is a file,
+    or its directory is not writable. Creates nothing."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; give a file path (e.g. {path / 'traces.jsonl'})")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: {parent} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path}: exists and is not writable")
+    return path

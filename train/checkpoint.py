@@ -31,10 +31,17 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from dear.integrity import IntegrityError, atomic_write_text, read_json, verify_checksums, write_checksums
+from dear.integrity import (
+    CHECKSUMS_FILE,
+    IntegrityError,
+    atomic_write_text,
+    read_json,
+    verify_checksums,
+    write_checksums,
+)
 from train.algorithm import HAPPO
 
-CHECKSUMS = "checksums.json"
+CHECKSUMS = CHECKSUMS_FILE
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "torch_rng.safetensors", "state.json", "config.yaml")
 
 

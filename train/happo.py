@@ -43,12 +43,12 @@ import numpy as np
 import torch
 import yaml
 
+from dear.integrity import IntegrityError, atomic_write_text
 from dear.policy import Critic, JointPolicy
 from dear.regulator import state_dim
 from train.algorithm import HAPPO, seed_for
 from train.buffer import RolloutBatch
-from dear.integrity import IntegrityError, atomic_write_text
-from train.checkpoint import CheckpointError, Counters, latest_checkpoint, load_checkpoint, save_checkpoint
+from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
 from train.config import ConfigError, TrainConfig, config_from_dict, load_config, apply_overrides
 from train.logger import RunLogger
 from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
