@@ -278,3 +278,17 @@ def test_damaged_checkpoint_files_are_named(tmp_path, capsys):
     (run / "checkpoints" / "latest").write_text("iter_000009")
     assert main(["--resume", str(run), "logging.progress=false"]) == 2
     assert "latest: names 'iter_000009'" in capsys.readouterr().err
+
+
+def test_damaged_metrics_log_is_named_and_a_torn_last_row_is_dropped(tmp_path, capsys):
+    run = tmp_path / "run"
+    _train(run, "run.iterations=2")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text(lines[0][:30] + "\n" + lines[1] + "\n")
+    before = _tree(run)
+    assert main(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 2
+    assert "metrics.jsonl:1: not a metrics row" in capsys.readouterr().err and _tree(run) == before
+    (run / "metrics.jsonl").write_text(lines[0] + "\n" + lines[1][:40])  # a crash in the middle of a write
+    assert main(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 0
+    assert "incomplete last row dropped" in capsys.readouterr().out
+    assert [r["iteration"] for r in _rows(run)] == [1, 3]  # row 2 was lost with the torn write; 3 is new

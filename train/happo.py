@@ -50,7 +50,7 @@ from train.algorithm import HAPPO, seed_for
 from train.buffer import RolloutBatch
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
 from train.config import ConfigError, TrainConfig, config_from_dict, load_config, apply_overrides
-from train.logger import RunLogger
+from train.logger import RunLogger, read_metrics
 from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
 from train.workers import (
     ChunkResult,
@@ -188,6 +188,7 @@ class Trainer:
                 raise FileNotFoundError(f"--resume {self.run_dir}: no checkpoint in {self.run_dir / 'checkpoints'}")
             self.counters, _ = load_checkpoint(ckpt, self.learner)
             self.last_good = ckpt
+            read_metrics(self.run_dir / "metrics.jsonl")  # a damaged log is named now, before anything is written
         self.pool = make_pool(cfg, ray_address)
         try:
             if getattr(self.pool, "synthetic", self.synthetic) != self.synthetic:
