@@ -334,3 +334,12 @@ def test_interrupted_ray_iteration_resumes_to_the_uninterrupted_local_run(tmp_pa
     ra = [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in _rows(tmp_path / "local")]
     rb = [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in _rows(tmp_path / "ray")]
     assert ra == rb
+
+
+def test_unreachable_openai_backend_is_one_error_line_at_start(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["--config", "sim", "--run-dir", str(run), *SMALL, "llm.spec=openai:http://127.0.0.1:9/v1",
+                 "llm.options={}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error:") == 1 and "connection refused" in err
+    assert not run.exists()  # nothing was written for a run that could not start

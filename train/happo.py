@@ -44,6 +44,7 @@ import torch
 import yaml
 
 from dear.integrity import IntegrityError, atomic_write_text
+from dear.llm.base import BackendError
 from dear.policy import Critic, JointPolicy
 from dear.regulator import state_dim
 from train.algorithm import HAPPO, seed_for
@@ -430,8 +431,8 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
     return load_config(args.config, list(args.overrides))
 
 
-# Errors of the user's input or files: one line on stderr, exit code 2, no traceback.
-INPUT_ERRORS = (ConfigError, RunDirError, IntegrityError, FileNotFoundError)
+# Errors at start-up (bad input, damaged files, backend unreachable): one line on stderr, exit code 2.
+START_ERRORS = (ConfigError, RunDirError, IntegrityError, FileNotFoundError, BackendError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -440,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = build_config(args)
         trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
                           resume=bool(args.resume), ray_address=args.ray_address, overwrite=args.overwrite)
-    except INPUT_ERRORS as e:
+    except START_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     trainer.logger.write(f"run dir: {trainer.run_dir}  backend: {cfg.llm.backend_spec()}  "
