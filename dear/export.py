@@ -2,6 +2,7 @@
 
     python -m dear.export runs/RUN_DIR exported/dear-gsm8k        # latest checkpoint of a run
     python -m dear.export runs/RUN_DIR/checkpoints/iter_000100 OUT  # a specific checkpoint
+    python -m dear.export runs/RUN_DIR OUT --force                  # replace the export already in OUT
 
     from dear.export import load_exported
     exported = load_exported("exported/dear-gsm8k")
@@ -11,12 +12,16 @@ The artifact directory holds `policy.safetensors` (the selection and behavior ac
 training-only part) and `manifest.json` (V, observation layout, pair order, action ranges, fusion rule,
 encoder name, versions, the training backend and whether it was synthetic). Loading needs only torch,
 safetensors and `dear.policy` — no trainer, Ray or gymnasium.
+
+Verified files: the manifest records the sha256 of the weights file, checked at every load; exporting a
+checkpoint first checks the checksums the trainer recorded (`checksums.json`), so a damaged checkpoint is
+refused instead of being stamped with a fresh hash. Errors name the file. OUT must be new or empty unless
+`force` (`--force`).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -25,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 import dear
+from dear.integrity import CHECKSUMS_FILE, IntegrityError, atomic_write_text, read_json, sha256_file, verify_checksums
 from dear.policy import (
     RAW_BOUND,
     JointPolicy,
@@ -43,8 +50,8 @@ WEIGHTS_FILE = "policy.safetensors"
 MANIFEST_FILE = "manifest.json"
 
 
-class ExportError(ValueError):
-    """An export artifact or checkpoint is missing, malformed or inconsistent."""
+class ExportError(IntegrityError):
+    """An export artifact or checkpoint is missing, damaged, malformed or inconsistent (the message names it)."""
 
 
 @dataclass
@@ -100,17 +107,33 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
     }
 
 
-def export_policy(policy: JointPolicy, out_dir: str | Path, encoder: str,
-                  training: dict[str, Any] | None = None) -> Path:
-    """Write `policy.safetensors` + `manifest.json` into out_dir (created); returns out_dir."""
+def check_export_dir(out_dir: str | Path, force: bool = False) -> Path:
+    """OUT must be a new or empty directory, or `force`; checked before any work. Creates nothing."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ExportError(f"{out}: directory is not empty; choose a new directory or pass --force (force=True) "
+                          f"to replace the export in it")
+    return out
+
+
+def export_policy(policy: JointPolicy, out_dir: str | Path, encoder: str,
+                  training: dict[str, Any] | None = None, force: bool = False) -> Path:
+    """Write `policy.safetensors` + `manifest.json` into out_dir (new or empty unless `force`); returns out_dir.
+    The manifest is written last, so an interrupted export is never mistaken for a complete one."""
+    out = check_export_dir(out_dir, force)
     out.mkdir(parents=True, exist_ok=True)
+    if (out / MANIFEST_FILE).exists():
+        (out / MANIFEST_FILE).unlink()
     tensors = {f"selection.{k}": v.detach().cpu().contiguous() for k, v in policy.selection.state_dict().items()}
     tensors.update({f"behavior.{k}": v.detach().cpu().contiguous() for k, v in policy.behavior.state_dict().items()})
-    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+    tmp = out / f".{WEIGHTS_FILE}.tmp"
+    save_file(tensors, str(tmp), metadata={"format": FORMAT})
+    tmp.replace(out / WEIGHTS_FILE)
     manifest = build_manifest(policy, encoder, training)
-    manifest["weights_sha256"] = hashlib.sha256((out / WEIGHTS_FILE).read_bytes()).hexdigest()
-    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+    manifest["weights_sha256"] = sha256_file(out / WEIGHTS_FILE)
+    atomic_write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=2))
     return out
 
 
@@ -121,16 +144,20 @@ def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy
     if not mpath.exists() or not wpath.exists():
         raise ExportError(f"{root}: not a DEAR export (needs {MANIFEST_FILE} and {WEIGHTS_FILE})")
     try:
-        manifest = json.loads(mpath.read_text())
-    except json.JSONDecodeError as e:
-        raise ExportError(f"{mpath}: invalid JSON: {e}") from None
+        manifest = read_json(mpath, "export manifest")
+    except IntegrityError as e:
+        raise ExportError(str(e)) from None
+    if not isinstance(manifest, dict):
+        raise ExportError(f"{mpath}: top level must be a JSON object")
     if manifest.get("format") != FORMAT:
         raise ExportError(f"{mpath}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
     if int(manifest.get("format_version", -1)) > FORMAT_VERSION:
         raise ExportError(f"{mpath}: format_version {manifest.get('format_version')} is newer than this "
                           f"dear ({FORMAT_VERSION}); upgrade dear")
     sha = manifest.get("weights_sha256")
-    if sha and hashlib.sha256(wpath.read_bytes()).hexdigest() != sha:
+    if not sha:
+        raise ExportError(f"{mpath}: has no weights_sha256, so {wpath} cannot be verified")
+    if sha256_file(wpath) != sha:
         raise ExportError(f"{wpath}: sha256 does not match manifest.json (corrupt or replaced weights)")
     try:
         cfg = PolicyConfig.from_dict(dict(manifest["policy_config"]))
@@ -139,7 +166,7 @@ def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy
     if cfg.n_agents != int(manifest.get("n_agents", -1)):
         raise ExportError(f"{mpath}: n_agents {manifest.get('n_agents')} != policy_config.n_agents {cfg.n_agents}")
     policy = JointPolicy(cfg)
-    tensors = load_file(str(wpath), device=map_location)
+    tensors = _load_tensors(wpath, map_location)
     for prefix, module in (("selection", policy.selection), ("behavior", policy.behavior)):
         sd = {k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
         try:
@@ -148,6 +175,18 @@ def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy
             raise ExportError(f"{wpath}: {prefix} weights do not fit the manifest's layout: {e}") from None
     policy.eval()
     return ExportedPolicy(policy=policy, manifest=manifest, path=root)
+
+
+def _load_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Safetensors file -> tensors; unreadable files and NaN/inf weights raise ExportError naming the file."""
+    try:
+        tensors = load_file(str(path), device=device)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ExportError(f"{path}: cannot be read (damaged or truncated?): {e}") from None
+    bad = sorted(k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    if bad:
+        raise ExportError(f"{path}: non-finite values in {bad[:5]}")
+    return tensors
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -159,46 +198,81 @@ def _checkpoint_dir(path: Path) -> Path:
         return path
     latest = path / "checkpoints" / "latest"
     if latest.exists():
-        return path / "checkpoints" / latest.read_text().strip()
+        name = latest.read_text(errors="replace").strip()
+        ckpt = latest.parent / name
+        if not name or not (ckpt / "model.safetensors").exists():
+            raise ExportError(f"{latest}: names {name!r}, which is not a checkpoint in {latest.parent}")
+        return ckpt
     raise ExportError(f"{path}: neither a checkpoint directory (model.safetensors) nor a run directory "
                       f"(checkpoints/latest)")
 
 
-def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path) -> Path:
-    """Export the actors of a trainer checkpoint (its config.yaml gives V, ranges, fusion, encoder)."""
+def _verified_checkpoint(ckpt: Path) -> None:
+    try:
+        verified = verify_checksums(ckpt, CHECKSUMS_FILE) is not None
+    except IntegrityError as e:
+        raise ExportError(str(e)) from None
+    if not verified:
+        print(f"warning: {ckpt} has no {CHECKSUMS_FILE} (written before checksums): exporting unverified files",
+              file=sys.stderr)
+
+
+def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
+    """Export the actors of a trainer checkpoint (its config.yaml gives V, ranges, fusion, encoder) after
+    verifying the checkpoint's checksums."""
     import yaml
 
+    check_export_dir(out_dir, force)
     ckpt = _checkpoint_dir(Path(checkpoint_or_run))
-    cfg = yaml.safe_load((ckpt / "config.yaml").read_text())
-    env, pol, llm = cfg["env"], cfg.get("policy", {}), cfg.get("llm", {})
-    pcfg = PolicyConfig(
-        n_agents=env["num_agents"], selection_mode=pol.get("selection_mode", "learned"),
-        behavior_mode=pol.get("behavior_mode", "learned"), fusion=env.get("fusion", "dst"),
-        selection_hidden=pol.get("hidden", 64), behavior_hidden=pol.get("hidden", 64),
-        log_std_init=pol.get("init_log_std", -0.5), temp_range=tuple(env["temperature_range"]),
-        top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
-        fixed_top_p=pol.get("fixed_top_p", 0.9),
-    )
+    _verified_checkpoint(ckpt)
+    try:
+        cfg = yaml.safe_load((ckpt / "config.yaml").read_text())
+        env, pol, llm = cfg["env"], cfg.get("policy", {}), cfg.get("llm", {})
+    except FileNotFoundError:
+        raise ExportError(f"{ckpt / 'config.yaml'}: missing") from None
+    except (yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise ExportError(f"{ckpt / 'config.yaml'}: cannot be parsed as a run config: {type(e).__name__}: {e}") from None
+    try:
+        pcfg = PolicyConfig(
+            n_agents=env["num_agents"], selection_mode=pol.get("selection_mode", "learned"),
+            behavior_mode=pol.get("behavior_mode", "learned"), fusion=env.get("fusion", "dst"),
+            selection_hidden=pol.get("hidden", 64), behavior_hidden=pol.get("hidden", 64),
+            log_std_init=pol.get("init_log_std", -0.5), temp_range=tuple(env["temperature_range"]),
+            top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
+            fixed_top_p=pol.get("fixed_top_p", 0.9),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExportError(f"{ckpt / 'config.yaml'}: bad env/policy section: {type(e).__name__}: {e}") from None
     policy = JointPolicy(pcfg)
-    tensors = load_file(str(ckpt / "model.safetensors"))
+    tensors = _load_tensors(ckpt / "model.safetensors")
     for prefix, module in (("selection", policy.selection), ("behavior", policy.behavior)):
         module.load_state_dict({k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + ".")})
     spec = llm.get("spec") or llm.get("preset", "")
     synthetic = str(spec).split(":", 1)[0] == "sim"
     encoder = env.get("encoder") or ("hashing" if synthetic else "minilm")
-    state = json.loads((ckpt / "state.json").read_text()) if (ckpt / "state.json").exists() else {}
+    state = {}
+    if (ckpt / "state.json").exists():
+        try:
+            state = read_json(ckpt / "state.json", "checkpoint state")
+        except IntegrityError as e:
+            raise ExportError(str(e)) from None
     training = {"checkpoint": str(ckpt), "iteration": state.get("counters", {}).get("iteration"),
                 "task": env.get("task"), "split": env.get("split"), "llm": spec, "synthetic": synthetic,
                 "rounds": env.get("rounds"), "token_cost": env.get("token_cost")}
-    return export_policy(policy, out_dir, encoder, training)
+    return export_policy(policy, out_dir, encoder, training, force=force)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dear.export", description="Export a trained DEAR policy.")
     p.add_argument("checkpoint", help="run directory (uses its latest checkpoint) or a checkpoint directory")
     p.add_argument("out_dir")
+    p.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR (replaces its export)")
     args = p.parse_args(argv)
-    out = export_checkpoint(args.checkpoint, args.out_dir)
+    try:
+        out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     m = json.loads((out / MANIFEST_FILE).read_text())
     print(f"exported V={m['n_agents']} encoder={m['encoder']} synthetic={m['training'].get('synthetic')} -> {out}")
     return 0

@@ -32,6 +32,7 @@ from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.trace import DebateTrace, write_jsonl
 from dear.evidence import make_encoder
 from dear.export import ExportedPolicy, load_exported
+from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
 from dear.llm.cache import CachedBackend
 from dear.regulator import RegulatedProtocol, RegulatorRecord, decisions_json
@@ -176,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if a.out:
+        check_output_file(a.out, "--out")  # before any debate runs, not after
     questions = _load_questions(a)
     exported = load_exported(a.policy)
     options = {}

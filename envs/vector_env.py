@@ -17,7 +17,10 @@ of the new debates (still one call per round). With a fixed number of rounds all
 finished (their terminal info is in the step's ``infos`` directly), stepping one raises, and
 ``reset(options={"reset_mask": mask})`` restarts only the masked ones (gymnasium's DISABLED convention).
 Rollouts that end every debate at the same step and start each chunk with a seeded reset use it to avoid
-generating round 0 of debates that would never be stepped.
+generating round 0 of debates that would never be stepped. One exception keeps such lock-step rollouts going
+when a backend request fails: a sub-debate that *failed* (``info["failed"]``, it ended early) is carried along
+by later steps as a no-op — no request, reward 0, ``terminated`` True, its terminal observation, and
+``info["frozen"]`` True — so the other sub-debates can finish their rounds.
 
 Actions are batched like the observations: ``{"mask": (N, V(V-1)) 0/1, "behavior": (N, 2V) float}``
 (see `envs.debate_env` for the layout; `dear.policy.ActOutput.env_action()` produces exactly this).
@@ -124,6 +127,16 @@ class DebateVectorEnv(VectorEnv):
         return self.core.engine
 
     # ------------------------------------------------------------------ helpers
+    # Per-round terminal arrays: (rounds run, ...) differs between a debate that failed early and one that
+    # finished, so they are kept per sub-debate in an object array instead of one stacked array.
+    _PER_ROUND_INFO = ("correct_per_round", "masks_per_round")
+
+    def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
+        for key in self._PER_ROUND_INFO:
+            if key in env_info and key not in vector_infos:
+                vector_infos[key] = np.full(self.num_envs, None, dtype=object)
+        return super()._add_info(vector_infos, env_info, env_num)
+
     def _stack(self, obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return {k: np.stack([o[k] for o in obs]) for k in self.single_observation_space.spaces}
 
@@ -206,9 +219,12 @@ class DebateVectorEnv(VectorEnv):
     def step(self, actions):
         if any(d is None for d in self.debates):
             raise RuntimeError("DebateVectorEnv.step called before reset()")
-        if self._ended.any():
+        # DISABLED mode: failed sub-debates ride along as no-ops; normally finished ones wait for a reset.
+        frozen = self._ended & np.array([bool(d.failed) for d in self.debates])  # type: ignore[union-attr]
+        waiting = self._ended & ~frozen
+        if waiting.any():
             raise RuntimeError(
-                f"sub-debates {np.flatnonzero(self._ended).tolist()} have finished and autoreset is "
+                f"sub-debates {np.flatnonzero(waiting).tolist()} have finished and autoreset is "
                 "DISABLED; restart them with reset(options={'reset_mask': ...})"
             )
         parsed = [
@@ -223,6 +239,10 @@ class DebateVectorEnv(VectorEnv):
         truncations = np.zeros(self.num_envs, dtype=bool)
         step_infos = []
         for k, d in enumerate(debates):
+            if frozen[k]:  # failed in an earlier step; the engine skipped it
+                terminations[k] = True
+                step_infos.append({**self.core.round_info(d), "mask": parsed[k].mask, "frozen": True})
+                continue
             reward, parts = self.core.reward(d, self._prev_frac[k])
             self._prev_frac[k] = float(np.mean([t.correct for t in d.last_turns]))
             self._returns[k] += reward

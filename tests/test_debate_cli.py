@@ -40,3 +40,14 @@ def test_cli_module_entry_point_and_bad_protocol():
                           "--protocol", "nope", "--no-cache"], capture_output=True, text=True, timeout=120,
                          check=False)
     assert res.returncode != 0 and "unknown protocol" in res.stderr
+
+
+def test_cli_out_is_checked_before_any_debate(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit, match=r"--out .*is a directory"):
+        main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path)])
+    assert "questions, protocol" not in capsys.readouterr().out  # refused before the debates started
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit, match="not a directory"):
+        main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path / "f" / "t.jsonl")])

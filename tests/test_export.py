@@ -72,3 +72,63 @@ print(a.pairs.shape[1], float(a.temperature.min()) >= 0.1)
     ex = load_exported(out)
     for k, v in ex.policy.state_dict().items():
         assert torch.equal(v, w[k]), k
+
+
+def _trained_run(tmp_path):
+    from train.config import load_config
+    from train.happo import Trainer
+
+    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
+                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
+    tr = Trainer(cfg, run_dir=tmp_path / "run")
+    tr.train()
+    tr.close()
+    return tmp_path / "run"
+
+
+def test_export_verifies_the_checkpoint_and_refuses_a_non_empty_out_dir(tmp_path, capsys):
+    from dear.export import main
+
+    run = _trained_run(tmp_path)
+    ckpt = run / "checkpoints" / "iter_000001"
+    weights = (ckpt / "model.safetensors").read_bytes()
+    damaged = bytearray(weights)
+    damaged[-16:-8] = b"\x00\x00\xc0\x7f" * 2  # two float32 NaNs over the last weights
+    (ckpt / "model.safetensors").write_bytes(bytes(damaged))
+    assert main([str(run), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors: damaged" in err and not (tmp_path / "out").exists()  # checked, not re-stamped
+    (ckpt / "checksums.json").unlink()  # a checkpoint from before checksums: the NaN itself is caught
+    with pytest.raises(ExportError, match=r"model\.safetensors: non-finite values"):
+        export_checkpoint(run, tmp_path / "out")
+    (ckpt / "model.safetensors").write_bytes(weights)
+    (ckpt / "config.yaml").write_text("env: [unclosed")
+    with pytest.raises(ExportError, match=r"config\.yaml: cannot be parsed"):
+        export_checkpoint(run, tmp_path / "out")
+    (run / "config.yaml").replace(ckpt / "config.yaml")  # the run's copy is the same config
+
+    out = tmp_path / "out"
+    assert main([str(run), str(out)]) == 0
+    first = (out / "manifest.json").read_text()
+    assert main([str(run), str(out)]) == 2  # non-empty: refused, nothing overwritten
+    assert "not empty" in capsys.readouterr().err and (out / "manifest.json").read_text() == first
+    assert main([str(run), str(out), "--force"]) == 0
+    load_exported(out)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ExportError, match="not a directory"):
+        export_checkpoint(run, tmp_path / "afile")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert export_checkpoint(run, empty) == empty  # an existing empty directory is fine (eval uses a temp dir)
+
+
+def test_manifest_without_checksum_or_unparsable_is_named(tmp_path):
+    out = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "e", encoder="hashing")
+    m = json.loads((out / "manifest.json").read_text())
+    del m["weights_sha256"]
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ExportError, match=r"manifest\.json: has no weights_sha256"):
+        load_exported(out)
+    (out / "manifest.json").write_text(json.dumps(m)[:50])
+    with pytest.raises(ExportError, match=r"manifest\.json: export manifest cannot be parsed"):
+        load_exported(out)

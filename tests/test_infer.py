@@ -76,6 +76,8 @@ def test_cli_bad_input(exported, tmp_path, capsys):
     r = subprocess.run([sys.executable, "-m", "dear.infer", "--policy", str(tmp_path), "--question", "1+1?"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "not a DEAR export" in r.stderr
+    with pytest.raises(ValueError, match=r"--out .*is a directory"):  # checked before any debate runs
+        main(["--policy", str(exported), "--question", "1+1?", "--llm", "sim", "--out", str(tmp_path)])
 
 
 def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, capsys):

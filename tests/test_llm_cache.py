@@ -155,3 +155,25 @@ def test_real_smoke_model_second_run_makes_no_backend_call(tmp_path):
         (c.text, c.prompt_tokens, c.completion_tokens) for c in first
     ]
     assert second_cache.model_id == "smoke:smollm2-135m-instruct-q4_1"
+
+
+def test_damaged_cache_file_is_named(tmp_path):
+    from dear.llm import BackendError
+
+    bad = tmp_path / "c.sqlite"
+    bad.write_bytes(b"this is not an sqlite database, just damaged bytes" * 100)
+    with pytest.raises(BackendError, match=r"c\.sqlite: cannot be used as an SQLite cache"):
+        CachedBackend(CountingBackend(), bad)
+    with pytest.raises(BackendError, match="is a directory"):
+        CachedBackend(CountingBackend(), tmp_path)
+    path = tmp_path / "ok.sqlite"
+    cached = CachedBackend(CountingBackend(), path)
+    cached.generate([req("a", seed=1)])
+    cached.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE completions SET completion = '{\"text\": trunc'")
+    db.commit()
+    db.close()
+    inner = CountingBackend()
+    (c,) = CachedBackend(inner, path).generate([req("a", seed=1)])  # a damaged entry is asked again
+    assert c.ok and not c.cached and inner.calls == [1]

@@ -266,5 +266,102 @@ def test_connection_refused_gives_up():
 
 
 def test_unreachable_model_discovery_is_a_backend_error():
-    with pytest.raises(BackendError, match="#model-name"):
+    with pytest.raises(BackendError, match="connection refused.*is the server running"):
         OpenAICompatBackend("http://127.0.0.1:9/v1", timeout_s=1)
+
+
+# --- a silent server: accepts connections, never answers -------------------------------------------------
+
+
+class SilentServer:
+    """A real TCP server on 127.0.0.1 that accepts every connection and never reads or writes a byte."""
+
+    def __init__(self):
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.fixture()
+def silent():
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+def test_read_timeout_scales_with_max_tokens_and_default_bound_is_about_two_minutes():
+    b = OpenAICompatBackend("http://127.0.0.1:9/v1", model="m")
+    assert b.read_timeout(1024) > b.read_timeout(512) > b.read_timeout(64)
+    assert 100 <= b.request_budget(512) <= 135  # the default max_tokens of the CLIs and configs
+    assert b.request_budget(384) < b.request_budget(512)
+    fixed = OpenAICompatBackend("http://127.0.0.1:9/v1", model="m", timeout_s=7, total_timeout_s=9)
+    assert fixed.read_timeout(4096) == 7 and fixed.request_budget(4096) == 9
+    with pytest.raises(ValueError, match="connect_timeout_s"):
+        OpenAICompatBackend("http://127.0.0.1:9/v1", model="m", connect_timeout_s=0)
+
+
+def test_silent_server_is_abandoned_within_the_bound(silent):
+    """Retries count inside the bound: 2 attempts of <= 0.5 s within a 1.2 s limit, then a clear error; the
+    requests of the batch still waiting for a slot fail at once instead of waiting again."""
+    backend = make_backend(f"openai:{silent.url}#m", read_timeout_base_s=0.3, read_timeout_per_token_s=0.001,
+                           total_timeout_s=1.2, backoff_base_s=0.05, backoff_max_s=0.1, max_concurrency=2)
+    assert backend.read_timeout(200) == pytest.approx(0.5)
+    started = time.monotonic()
+    out = backend.generate([ChatRequest(HELLO, max_tokens=200) for _ in range(6)])
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, elapsed  # not 6 requests x 6 attempts x 120 s
+    first, later = out[:2], out[2:]
+    for c in first:
+        assert not c.ok and c.error.startswith("server never replied:") and silent.url in c.error
+        assert "no reply within" in c.error and "max_tokens=200" in c.error and "1.2s limit" in c.error
+        assert "attempt(s)" in c.error
+    assert all(not c.ok and c.error.startswith("not sent: the server gave no reply") for c in later)
+    assert len(silent.conns) >= 2  # it really accepted the connections
+
+
+def test_silent_server_model_listing_says_it_timed_out(silent):
+    started = time.monotonic()
+    with pytest.raises(BackendError, match=r"accepted the connection but sent no reply within 0\.3s"):
+        OpenAICompatBackend(silent.url, list_timeout_s=0.3)
+    assert time.monotonic() - started < 2
+    backend = OpenAICompatBackend(silent.url, model="m", list_timeout_s=0.3)
+    started = time.monotonic()
+    assert backend.count_tokens("hello world") == 2  # /tokenize gave nothing: the ~4 chars/token estimate
+    assert time.monotonic() - started < 2
+
+
+def test_model_listing_bad_response_is_named(faults):
+    with pytest.raises(BackendError, match=r"HTTP 404.*#model-name"):
+        OpenAICompatBackend(faults.url("nomodels").replace("/v1", "/nothing"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_silent_server_default_bound(silent):
+    """With the default timeouts a silent server is abandoned within about 2 minutes (max_tokens 512)."""
+    backend = make_backend(f"openai:{silent.url}#m")
+    started = time.monotonic()
+    (c,) = backend.generate([ChatRequest(HELLO, max_tokens=512)])
+    elapsed = time.monotonic() - started
+    assert not c.ok and c.error.startswith("server never replied:")
+    assert 100 <= elapsed <= 135, elapsed

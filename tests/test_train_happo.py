@@ -85,8 +85,8 @@ def test_nan_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
     tr = Trainer(_cfg(tmp_path, "run.iterations=3"), run_dir=tmp_path / "run")
     real_collect = tr.pool.collect
 
-    def poisoned(weights, chunks, on_chunk=None):
-        report = real_collect(weights, chunks, on_chunk)
+    def poisoned(weights, chunks, on_chunk=None, on_result=None):
+        report = real_collect(weights, chunks, on_chunk, on_result)
         if chunks[0].iteration == 1:
             report.results[0].batch.state[0, 0, 0] = math.nan
         return report
@@ -105,10 +105,10 @@ def test_sigint_checkpoints_the_last_finished_iteration(tmp_path):
     tr = Trainer(_cfg(tmp_path, "run.iterations=5", "run.checkpoint_every=100"), run_dir=tmp_path / "run")
     real_collect = tr.pool.collect
 
-    def interrupt_in_third(weights, chunks, on_chunk=None):
+    def interrupt_in_third(weights, chunks, on_chunk=None, on_result=None):
         if chunks[0].iteration == 2:
             os.kill(os.getpid(), signal.SIGINT)
-        return real_collect(weights, chunks, on_chunk)
+        return real_collect(weights, chunks, on_chunk, on_result)
 
     tr.pool.collect = interrupt_in_third
     res = tr.train()

@@ -1,7 +1,8 @@
 """Rollout storage for one HAPPO iteration and GAE(gamma, lambda) from the shared critic.
 
 Every debate has exactly R steps (one per exchange round), so a batch is a dense (E, R) grid of
-transitions: E episodes x R steps, flattened to N = E*R for the update.
+transitions: E episodes x R steps, flattened to N = E*R for the update. A debate that failed (a backend request
+gave up) ends early; the trainer removes its whole row (`select`) before the update, so the grid stays dense.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class RolloutBatch:
     def to(self, device: torch.device | str) -> "RolloutBatch":
         """The same batch on `device` (the learner's); tensors already there are shared, not copied."""
         return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def select(self, keep: torch.Tensor) -> "RolloutBatch":
+        """The episodes where the bool (E,) `keep` is True (e.g. the debates that did not fail)."""
+        return RolloutBatch(**{f.name: getattr(self, f.name)[keep] for f in fields(self)})
 
     def flat(self, name: str) -> torch.Tensor:
         x = getattr(self, name)

@@ -168,6 +168,10 @@ class TrainConfig:
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
         need(self.rollout.episodes_per_iter >= 1, "rollout.episodes_per_iter", "must be >= 1")
+        # An iteration runs whole vector-env batches (chunks) of envs_per_worker debates each.
+        need(self.rollout.episodes_per_iter % self.rollout.envs_per_worker == 0, "rollout.episodes_per_iter",
+             f"must be a multiple of rollout.envs_per_worker={self.rollout.envs_per_worker} (each chunk runs "
+             f"that many debates), got {self.rollout.episodes_per_iter}")
         need(self.happo.update_epochs >= 1, "happo.update_epochs", "must be >= 1")
         need(self.happo.num_minibatches >= 1, "happo.num_minibatches", "must be >= 1")
         need(0 < self.happo.gamma <= 1, "happo.gamma", "must be in (0, 1]")

@@ -8,6 +8,20 @@
 
 The learner (HAPPO update) runs in the driver; rollouts run on Ray actors (`rollout.num_workers`, 0 =
 in-process). Every scalar goes to RUN_DIR/metrics.{csv,jsonl}; checkpoints to RUN_DIR/checkpoints/.
+
+Failed debates. A debate fails when one of its LLM requests fails after the backend's retries
+(`Completion.error`); the engine ends it there. It is *excluded from the update*: its whole row of transitions
+is dropped from the iteration's batch, so its reward (a failed debate would count as wrong) and its partial
+rounds reach neither the advantages, the value targets nor the value normaliser, and the rollout metrics
+(accuracy, reward, tokens, HCR/BCR) are computed over the finished debates only. `rollout/failed_debates`
+counts the excluded debates of the iteration (`charts/failed_debates_total` over the run). An iteration in
+which every debate failed makes no update and writes no checkpoint: training stops with exit code 1 and one
+error line that names the backend.
+
+Run directories. `--run-dir` of an existing run refuses unless `--overwrite` (which first removes the old
+run's checkpoints, partial chunks and logs); `--resume RUN_DIR` continues a run (with dotted overrides only,
+never `--config`) and changes nothing on disk until its checkpoint loaded and its backend started. Debates
+finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial.py) and reused by `--resume`.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import copy
 import dataclasses
 import json
 import math
+import shutil
 import signal
 import sys
 import time
@@ -29,17 +44,22 @@ import numpy as np
 import torch
 import yaml
 
+from dear.integrity import IntegrityError, atomic_write_text
+from dear.llm.base import BackendError
 from dear.policy import Critic, JointPolicy
 from dear.regulator import state_dim
 from train.algorithm import HAPPO, seed_for
 from train.buffer import RolloutBatch
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
-from train.config import TrainConfig, config_from_dict, load_config, save_config, apply_overrides
-from train.logger import RunLogger
+from train.config import ConfigError, TrainConfig, config_from_dict, load_config, apply_overrides
+from train.logger import RunLogger, read_metrics
+from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
 from train.workers import (
+    ChunkResult,
     ChunkSpec,
     EpisodeStats,
     LocalPool,
+    RolloutReport,
     make_chunks,
     make_policy,
     make_pool,
@@ -51,6 +71,38 @@ class TrainingError(RuntimeError):
     """Training stopped (NaN in a loss or an observation); the last good checkpoint is kept."""
 
 
+class AllDebatesFailed(TrainingError):
+    """Every debate of an iteration failed (backend down?): no update, no checkpoint."""
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used as asked (an existing run without --overwrite, a file...)."""
+
+
+# What a run writes into its directory; `--overwrite` removes exactly these before a new run starts.
+RUN_ARTIFACTS = ("checkpoints", PARTIAL_DIR, "metrics.jsonl", "metrics.csv", "summary.json", "config.yaml", "wandb")
+
+
+def check_new_run_dir(run_dir: Path, overwrite: bool) -> list[Path]:
+    """Refuse a run directory that holds another run (unless `overwrite`) or is a file; returns the old run's
+    artifacts that `--overwrite` will remove. Nothing is changed here."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"--run-dir {run_dir}: exists and is not a directory")
+    old = [run_dir / name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
+    if old and not overwrite:
+        raise RunDirError(f"--run-dir {run_dir}: already holds a run ({', '.join(p.name for p in old)}); continue it "
+                          f"with --resume {run_dir}, or pass --overwrite to replace it")
+    return old
+
+
+def remove_paths(paths: Sequence[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -60,10 +112,14 @@ class TrainResult:
     interrupted: bool = False
 
 
-def summarize_episodes(episodes: Sequence[EpisodeStats]) -> dict[str, float]:
-    """Rollout metrics of a set of debates (pooled HCR/BCR: sum of numerators / sum of denominators)."""
-    if not episodes:
+def summarize_episodes(all_episodes: Sequence[EpisodeStats]) -> dict[str, float]:
+    """Rollout metrics of a set of debates (pooled HCR/BCR: sum of numerators / sum of denominators).
+
+    Computed over the finished debates; failed ones are only counted (`rollout/failed_debates`)."""
+    if not all_episodes:
         return {}
+    episodes = [e for e in all_episodes if not e.failed]
+    n_failed = len(all_episodes) - len(episodes)
 
     def mean(xs):
         xs = [x for x in xs if not (isinstance(x, float) and math.isnan(x))]
@@ -84,7 +140,7 @@ def summarize_episodes(episodes: Sequence[EpisodeStats]) -> dict[str, float]:
         "rollout/bcr": sum(e.bcr_num for e in episodes) / bcr_den if bcr_den else math.nan,
         "rollout/bcr_cases": float(bcr_den),
         "rollout/tie_rate": mean([float(e.tie) for e in episodes]),
-        "rollout/failed_debates": float(sum(e.failed for e in episodes)),
+        "rollout/failed_debates": float(n_failed),
         "rollout/mean_temperature": mean([e.mean_temperature for e in episodes]),
         "rollout/mean_top_p": mean([e.mean_top_p for e in episodes]),
         "rollout/mask_density": mean([e.mask_density for e in episodes]),
@@ -103,20 +159,25 @@ def new_run_dir(cfg: TrainConfig) -> Path:
 
 
 class Trainer:
+    """One training run. Construction checks everything (run directory, checkpoint, backend) before it writes
+    anything, so a refused start or a failed `--resume` leaves the run directory exactly as it was."""
+
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, resume: bool = False,
-                 ray_address: str | None = None, progress: bool | None = None):
+                 ray_address: str | None = None, progress: bool | None = None, overwrite: bool = False):
         self.cfg = cfg
         torch.set_num_threads(max(1, cfg.run.torch_threads))
         self.synthetic = cfg.llm.synthetic
+        stale: list[Path] = []
         if resume:
             if run_dir is None:
                 raise ValueError("resume needs a run directory")
+            if overwrite:
+                raise RunDirError("--resume continues a run; it cannot be combined with --overwrite")
             self.run_dir = Path(run_dir)
         else:
             self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
-        self.config_yaml = (self.run_dir / "config.yaml").read_text()
+            stale = check_new_run_dir(self.run_dir, overwrite)
+        self.config_yaml = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
         self.policy: JointPolicy = make_policy(cfg)
         self.critic = Critic(state_dim(cfg.env.num_agents), cfg.policy.critic_hidden)
@@ -129,13 +190,24 @@ class Trainer:
                 raise FileNotFoundError(f"--resume {self.run_dir}: no checkpoint in {self.run_dir / 'checkpoints'}")
             self.counters, _ = load_checkpoint(ckpt, self.learner)
             self.last_good = ckpt
-        self.logger = RunLogger(
-            self.run_dir, self.synthetic, cfg.run.iterations, start_iteration=self.counters.iteration,
-            use_wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
-            progress=cfg.logging.progress if progress is None else progress)
+            read_metrics(self.run_dir / "metrics.jsonl")  # a damaged log is named now, before anything is written
         self.pool = make_pool(cfg, ray_address)
-        if getattr(self.pool, "synthetic", self.synthetic) != self.synthetic:
-            raise ValueError(f"backend synthetic={self.pool.synthetic} but config says {self.synthetic}")
+        try:
+            if getattr(self.pool, "synthetic", self.synthetic) != self.synthetic:
+                raise ValueError(f"backend synthetic={self.pool.synthetic} but config says {self.synthetic}")
+            # Everything checked: from here on the run directory changes.
+            remove_paths(stale)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.run_dir / "config.yaml", self.config_yaml)
+            self.logger = RunLogger(
+                self.run_dir, self.synthetic, cfg.run.iterations, start_iteration=self.counters.iteration,
+                use_wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
+                progress=cfg.logging.progress if progress is None else progress)
+        except BaseException:
+            self.pool.close()
+            raise
+        if stale:
+            self.logger.write(f"--overwrite: removed the previous run's {', '.join(p.name for p in stale)}")
         self._in_update = False
         self._stop_requested = False
         self._t_start = time.perf_counter()
@@ -160,14 +232,42 @@ class Trainer:
     def weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
 
+    def collect(self, it: int) -> tuple[list[ChunkResult], RolloutReport]:
+        """The iteration's chunks: those kept on disk by an interrupted attempt (same weights, same specs) plus
+        freshly collected ones, each kept on disk as soon as it finishes (train/partial.py)."""
+        weights = self.weights()
+        chunks = make_chunks(self.cfg, it)
+        partial = PartialIteration(self.run_dir, it, rollout_key(self.cfg, weights))
+        kept = partial.load(chunks)
+        if kept:
+            n = sum(len(r.episodes) for r in kept.values())
+            self.logger.write(f"iteration {it + 1}: reusing {n} finished debates ({len(kept)} chunks) "
+                              f"kept in {partial.path}")
+        todo = [c for c in chunks if c.index not in kept]
+        n_kept = sum(len(c.env_seeds) for c in chunks) - sum(len(c.env_seeds) for c in todo)
+
+        def progress(done: int, total: int) -> None:
+            self.logger.rollout_progress(done + n_kept, total + n_kept)
+
+        report = self.pool.collect(weights, todo, on_chunk=progress, on_result=partial.save)
+        fresh = {r.spec.index: r for r in report.results}
+        return [kept.get(c.index) or fresh[c.index] for c in chunks], report
+
     def iteration(self) -> dict[str, float]:
+        """Collect, drop failed debates (module docstring), update; raises AllDebatesFailed with no update when
+        none finished."""
         cfg = self.cfg
         it = self.counters.iteration
         t0 = time.perf_counter()
-        chunks = make_chunks(cfg, it)
-        report = self.pool.collect(self.weights(), chunks, on_chunk=self.logger.rollout_progress)
-        batch = RolloutBatch.concat([r.batch for r in report.results])
-        episodes = [e for r in report.results for e in r.episodes]
+        results, report = self.collect(it)
+        episodes = [e for r in results for e in r.episodes]
+        failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+        if failed.all():
+            first = next((e.error for e in episodes if e.error), "no error text")
+            raise AllDebatesFailed(
+                f"iteration {it + 1}: all {len(episodes)} debates failed on backend '{cfg.llm.backend_spec()}' "
+                f"(first error: {first}); no update was made and no checkpoint written")
+        batch = RolloutBatch.concat([r.batch for r in results]).select(~failed)
         t_rollout = time.perf_counter() - t0
         try:
             batch.check_finite()
@@ -186,11 +286,13 @@ class Trainer:
         self.counters.worker_restarts += report.worker_restarts
         self.counters.episodes_redone += report.episodes_redone
         self.counters.tokens += int(sum(e.tokens for e in episodes))
+        self.counters.failed_episodes += int(failed.sum())
         self._in_update = False
+        PartialIteration(self.run_dir, it, "").clear()  # its debates are in the update now
         t_total = time.perf_counter() - t0
         elapsed = time.perf_counter() - self._t_start
-        llm_s = sum(r.llm_time_s for r in report.results)
-        env_s = sum(r.env_time_s for r in report.results)
+        llm_s = sum(r.llm_time_s for r in results)
+        env_s = sum(r.env_time_s for r in results)
         stats.update(summarize_episodes(episodes))
         stats.update({
             "charts/SPS": (self.counters.global_step - self._steps_at_start) / max(elapsed, 1e-9),
@@ -200,6 +302,7 @@ class Trainer:
             "charts/learning_rate_behavior": self.learner.optimizers["behavior"].param_groups[0]["lr"],
             "charts/worker_restarts": float(self.counters.worker_restarts),
             "charts/episodes_redone": float(self.counters.episodes_redone),
+            "charts/failed_debates_total": float(self.counters.failed_episodes),
             "time/iteration_s": t_total,
             "time/rollout_s": t_rollout,
             "time/update_s": t_total - t_rollout,
@@ -299,29 +402,51 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     p.add_argument("--ray-address", default=None, help="join an existing Ray cluster (e.g. 'auto' or host:port)")
     p.add_argument("--run-dir", default=None, help="explicit run directory (default: run.out_dir/NAME-...)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="allow --run-dir to name an existing run: its checkpoints and logs are removed first")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.episodes_per_iter=8")
     args = p.parse_args(argv)
     if not args.config and not args.resume:
         p.error("give --config NAME_OR_PATH or --resume RUN_DIR")
+    if args.config and args.resume:
+        p.error("--config cannot be combined with --resume: a resumed run keeps its own config.yaml "
+                "(change single keys with dotted overrides, e.g. run.iterations=400)")
+    if args.resume and (args.run_dir or args.overwrite):
+        p.error("--resume RUN_DIR names the run directory; it cannot be combined with --run-dir or --overwrite")
     return args
 
 
 def build_config(args: argparse.Namespace) -> TrainConfig:
     if args.resume:
         saved = Path(args.resume) / "config.yaml"
+        if not Path(args.resume).is_dir():
+            raise FileNotFoundError(f"--resume {args.resume}: no such run directory")
         if not saved.exists():
             raise FileNotFoundError(f"--resume {args.resume}: no config.yaml in the run directory")
-        data = yaml.safe_load(saved.read_text())
+        try:
+            data = yaml.safe_load(saved.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{saved}: cannot be parsed (damaged?): {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{saved}: top level must be a mapping")
         data = apply_overrides(data, list(args.overrides))  # e.g. run.iterations=400 to extend a run
         return config_from_dict(data, f"{saved}: ")
     return load_config(args.config, list(args.overrides))
 
 
+# Errors at start-up (bad input, damaged files, backend unreachable): one line on stderr, exit code 2.
+START_ERRORS = (ConfigError, RunDirError, IntegrityError, FileNotFoundError, BackendError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    cfg = build_config(args)
-    trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
-                      resume=bool(args.resume), ray_address=args.ray_address)
+    try:
+        cfg = build_config(args)
+        trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
+                          resume=bool(args.resume), ray_address=args.ray_address, overwrite=args.overwrite)
+    except START_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     trainer.logger.write(f"run dir: {trainer.run_dir}  backend: {cfg.llm.backend_spec()}  "
                          f"workers: {cfg.rollout.num_workers}  start iteration: {trainer.counters.iteration}")
     try:

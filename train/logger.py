@@ -16,7 +16,32 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from dear.integrity import IntegrityError
+
 SYNTHETIC_PREFIX = "synthetic/"
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Rows of a metrics.jsonl ([] when absent). A damaged last line (a crash mid-write) is dropped with a
+    warning; any other unparsable line raises IntegrityError naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            int(row["iteration"])
+        except (ValueError, KeyError, TypeError) as e:
+            if lineno == len(lines):
+                tqdm.write(f"warning: {path}:{lineno}: incomplete last row dropped ({type(e).__name__}: {e})")
+                continue
+            raise IntegrityError(f"{path}:{lineno}: not a metrics row (damaged?): {type(e).__name__}: {e}") from None
+        rows.append(row)
+    return rows
 
 
 class RunLogger:
@@ -49,11 +74,14 @@ class RunLogger:
     def name(self, key: str) -> str:
         return SYNTHETIC_PREFIX + key if self.synthetic and not key.startswith(SYNTHETIC_PREFIX) else key
 
+    def _read_rows(self) -> list[dict]:
+        return read_metrics(self.jsonl_path)
+
     def _truncate_after(self, iteration: int) -> None:
         """On resume, drop rows logged after the checkpoint (they will be produced again)."""
         if not self.jsonl_path.exists():
             return
-        rows = [json.loads(x) for x in self.jsonl_path.read_text().splitlines() if x.strip()]
+        rows = self._read_rows()
         keep = [r for r in rows if r["iteration"] <= iteration]
         self.jsonl_path.write_text("".join(json.dumps(r) + "\n" for r in keep))
         if keep:
@@ -79,8 +107,7 @@ class RunLogger:
         with self.jsonl_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if not self._columns or any(k not in self._columns for k in row):
-            rows = [json.loads(x) for x in self.jsonl_path.read_text().splitlines() if x.strip()]
-            self._rewrite_csv(rows)
+            self._rewrite_csv(self._read_rows())
         else:
             with self.csv_path.open("a", newline="") as f:
                 csv.DictWriter(f, fieldnames=self._columns).writerow(row)

@@ -63,6 +63,7 @@ class EpisodeStats:
     mean_temperature: float
     mean_top_p: float
     mask_density: float
+    error: str | None = None  # why the debate failed (a backend request gave up), None when it finished
 
 
 @dataclass
@@ -207,11 +208,24 @@ def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
         hcr_num=conf.hcr.num, hcr_den=conf.hcr.den, bcr_num=conf.bcr.num, bcr_den=conf.bcr.den,
         round0_accuracy=r0, mean_temperature=float(np.nanmean(temps)) if temps else math.nan,
         mean_top_p=float(np.nanmean(tops)) if tops else math.nan, mask_density=density,
+        error=getattr(trace, "error", None),
     )
 
 
 def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, deterministic: bool = False) -> ChunkResult:
-    """Run `venv.num_envs` debates of `n_steps` rounds under `policy`; every debate ends at the last step."""
+    """Run `venv.num_envs` debates of `n_steps` rounds under `policy`.
+
+    Every debate ends at the last step, except one that failed (a backend request gave up): it ends early,
+    the vector env carries it along as a no-op, and its `EpisodeStats.failed` is set. Its rows stay in the
+    batch (a dense (E, T) grid); the trainer drops them before the update (see `train.happo`).
+    The global torch RNG is left as it was (policy sampling runs on a fork seeded by the chunk), so a
+    collection in the driver process does not depend on which chunks ran there.
+    """
+    with torch.random.fork_rng(devices=[]):
+        return _run_chunk(venv, policy, spec, n_steps, deterministic)
+
+
+def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, deterministic: bool) -> ChunkResult:
     t0 = time.perf_counter()
     timed = venv.core.backend if isinstance(venv.core.backend, _TimedBackend) else None
     llm0 = timed.seconds if timed else 0.0
@@ -220,7 +234,7 @@ def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determin
     rec: dict[str, list[torch.Tensor]] = {k: [] for k in (
         "selection_obs", "pairs", "behavior_obs", "raw_behavior", "logp_selection", "logp_behavior", "state",
         "rewards", "dones")}
-    final_info = None
+    terminal: list[tuple[dict[str, Any], int] | None] = [None] * venv.num_envs  # (infos, k) of each debate's end
     for t in range(n_steps):
         for key in ("selection", "belief", "uncertainty", "state"):
             if not np.isfinite(obs[key]).all():
@@ -236,16 +250,18 @@ def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determin
         rec["logp_behavior"].append(act.logp_behavior)
         obs, rewards, terms, truncs, infos = venv.step(act.env_action())
         done = np.logical_or(terms, truncs)
+        failed = np.asarray(infos.get("failed", np.zeros(venv.num_envs, bool)), dtype=bool)
         last = t == n_steps - 1
-        if done.any() != last or (last and not done.all()):
-            raise RuntimeError(f"debates must all end after exactly {n_steps} rounds; got done={done.tolist()} "
-                               f"at step {t}")
+        if (not last and (done & ~failed).any()) or (last and not done.all()):
+            raise RuntimeError(f"debates that did not fail must all end after exactly {n_steps} rounds; got "
+                               f"done={done.tolist()} failed={failed.tolist()} at step {t}")
+        for k in np.flatnonzero(done):
+            if terminal[k] is None:
+                terminal[k] = (infos, int(k))
         rec["rewards"].append(torch.as_tensor(rewards, dtype=torch.float32))
         rec["dones"].append(torch.as_tensor(done, dtype=torch.float32))
-        if last:
-            final_info = infos
     batch = RolloutBatch(**{k: torch.stack(v, 1).to(torch.float32) for k, v in rec.items()})
-    episodes = [_episode_stats(final_info, k) for k in range(venv.num_envs)]
+    episodes = [_episode_stats(*end) for end in terminal if end is not None]
     llm = (timed.seconds - llm0) if timed else math.nan
     return ChunkResult(spec=spec, batch=batch, episodes=episodes, env_time_s=time.perf_counter() - t0, llm_time_s=llm)
 
@@ -345,12 +361,16 @@ class LocalPool:
         self.synthetic = self.worker.backend.synthetic
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
-                on_chunk: Callable[[int, int], None] | None = None) -> RolloutReport:
+                on_chunk: Callable[[int, int], None] | None = None,
+                on_result: Callable[[ChunkResult], None] | None = None) -> RolloutReport:
+        """Run `chunks` in order; `on_result(chunk)` sees each chunk as it finishes (to keep it on disk)."""
         t0 = time.perf_counter()
         self.worker.set_weights(weights)
         results, done, total = [], 0, sum(len(c.env_seeds) for c in chunks)
         for c in chunks:
             results += self.worker.rollout(None, [c])
+            if on_result:
+                on_result(results[-1])
             done += len(c.env_seeds)
             if on_chunk:
                 on_chunk(done, total)
@@ -411,8 +431,10 @@ class RayPool:
         return self._worker_cls.remote(self.cfg_dict, index, self.engine)
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
-                on_chunk: Callable[[int, int], None] | None = None) -> RolloutReport:
-        """Chunks go round-robin to the workers, one call each, so a finished chunk is never redone and
+                on_chunk: Callable[[int, int], None] | None = None,
+                on_result: Callable[[ChunkResult], None] | None = None) -> RolloutReport:
+        """Chunks go round-robin to the workers, one call each, so a finished chunk is never redone,
+        `on_result(chunk)` sees each chunk as it finishes (to keep it on disk) and
         `on_chunk(episodes_done, episodes_total)` reports progress inside a long real-model iteration."""
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
@@ -449,6 +471,8 @@ class RayPool:
                 redone += len(chunk.env_seeds)  # same seeds on the new worker: the same episodes
                 pending[self.workers[i].rollout.remote(ref, [chunk])] = (i, generation[i], chunk)
                 continue
+            if on_result:
+                on_result(results[chunk.index])
             done += len(chunk.env_seeds)
             if on_chunk:
                 on_chunk(done, total)

@@ -20,6 +20,7 @@ from dear.debate.engine import DebateConfig, DebateEngine, summarize
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import PROTOCOLS, make_protocol
 from dear.debate.trace import write_jsonl
+from dear.integrity import check_output_file
 from dear.llm.base import Backend
 from dear.llm.cache import CachedBackend
 from dear.llm.model_files import default_cache_dir
@@ -83,6 +84,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.out:
+        try:
+            check_output_file(args.out, "--out")  # before any debate runs, not after
+        except ValueError as e:
+            raise SystemExit(f"python -m dear.debate: error: {e}") from None
     questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
     config = DebateConfig(n_agents=args.agents, n_rounds=args.rounds, temperature0=args.temperature,
                           top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,20 @@ class CachedBackend(Backend):
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if enabled:
+            if self.path.is_dir():
+                raise BackendError(f"response cache {self.path}: is a directory; give a file path "
+                                   f"(e.g. {self.path / 'responses.sqlite'})")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # timeout: wait for another process's write lock instead of failing with "database is locked"
-            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(_SCHEMA)
+            try:
+                # timeout: wait for another process's write lock instead of failing with "database is locked"
+                self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute(_SCHEMA)
+                self._db.execute("SELECT count(*) FROM completions").fetchone()
+            except sqlite3.DatabaseError as e:
+                raise BackendError(f"response cache {self.path}: cannot be used as an SQLite cache ({e}); it is "
+                                   f"damaged or not a cache: move it away or choose another cache path") from None
 
     def _keys(self, requests: Sequence[ChatRequest]) -> list[str]:
         seen: dict[str, int] = {}
@@ -91,11 +99,19 @@ class CachedBackend(Backend):
         results: list[Completion | None] = [None] * len(requests)
         with self._lock:
             for i, key in enumerate(keys):
-                row = self._db.execute("SELECT completion FROM completions WHERE key = ?", (key,)).fetchone()
+                try:
+                    row = self._db.execute("SELECT completion FROM completions WHERE key = ?", (key,)).fetchone()
+                except sqlite3.DatabaseError as e:
+                    raise BackendError(f"response cache {self.path}: damaged ({e}); move it away or choose "
+                                       f"another cache path") from None
                 if row is not None:
-                    fields = json.loads(row[0])
-                    fields["cached"] = True
-                    results[i] = Completion(**fields)
+                    try:
+                        fields = json.loads(row[0])
+                        fields["cached"] = True
+                        results[i] = Completion(**fields)
+                    except (ValueError, TypeError) as e:  # one damaged entry: ask the model again
+                        log.warning("response cache %s: entry %s cannot be parsed (%s); regenerating it",
+                                    self.path, key[:12], e)
         missing = [i for i, c in enumerate(results) if c is None]
         self.hits += len(requests) - len(missing)
         self.misses += len(missing)

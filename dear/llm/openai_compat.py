@@ -3,6 +3,14 @@
 A batch is sent as concurrent async requests (bounded by a semaphore). Transient failures (429, 5xx, connection
 errors, timeouts) are retried with exponential backoff and jitter, honouring Retry-After; other 4xx are final.
 A request that still fails comes back as a Completion with `error` set.
+
+Bounded waits. Each attempt has a connect timeout (`connect_timeout_s`, 10 s) and a read timeout that scales
+with the request's `max_tokens` (`read_timeout_base_s + read_timeout_per_token_s * max_tokens`: 97 s at 512
+tokens), and one request's attempts and backoffs together stop at `total_timeout_s` (default: its read timeout
++ 30 s, so 127 s at 512 tokens). A server that accepts connections but never replies therefore gives a clear
+error within about 2 minutes, and once one request got no reply at all, the requests of the batch still
+waiting for a slot fail at once instead of each waiting again. Model listing and /tokenize use short timeouts
+(`connect_timeout_s`, `list_timeout_s`) and say what happened: refused, timed out, or a bad response.
 """
 
 from __future__ import annotations
@@ -43,6 +51,14 @@ def _retry_after_s(response: httpx.Response) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+_NO_REPLY = "server never replied:"
+
+
+def _failed(error: str, latency_s: float) -> Completion:
+    return Completion(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=latency_s,
+                      error=error)
+
+
 class OpenAICompatBackend(Backend):
     """Chat completions over HTTP.
 
@@ -51,7 +67,13 @@ class OpenAICompatBackend(Backend):
         model: model name sent with each request; default: the first model listed by GET /models.
         api_key: sent as a Bearer token.
         max_concurrency: requests in flight at once.
-        timeout_s: per-attempt timeout (connect, read, write).
+        connect_timeout_s: longest wait for a TCP connection.
+        read_timeout_base_s, read_timeout_per_token_s: the read timeout of an attempt is
+            base + per_token * request.max_tokens (the server must generate up to max_tokens first).
+        timeout_s: a fixed read timeout for every attempt instead of the max_tokens-scaled one.
+        total_timeout_s: longest time one request may take over all its attempts and backoffs;
+            None = its read timeout + 30 s.
+        list_timeout_s: read timeout of the short calls (GET /models, POST /tokenize).
         max_retries: retries after the first attempt for transient failures.
         backoff_base_s, backoff_max_s: delay before retry k is base * 2**k capped at max, with jitter.
         retry_after_max_s: longest Retry-After we honour (longer values are capped).
@@ -65,7 +87,12 @@ class OpenAICompatBackend(Backend):
         model: str | None = None,
         api_key: str | None = None,
         max_concurrency: int = 16,
-        timeout_s: float = 120.0,
+        connect_timeout_s: float = 10.0,
+        read_timeout_base_s: float = 20.0,
+        read_timeout_per_token_s: float = 0.15,
+        timeout_s: float | None = None,
+        total_timeout_s: float | None = None,
+        list_timeout_s: float = 15.0,
         max_retries: int = 5,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 20.0,
@@ -79,9 +106,21 @@ class OpenAICompatBackend(Backend):
             raise ValueError(
                 f"need max_concurrency >= 1 and max_retries >= 0, got {max_concurrency}, {max_retries}"
             )
+        for name, value in (("connect_timeout_s", connect_timeout_s), ("read_timeout_base_s", read_timeout_base_s),
+                            ("list_timeout_s", list_timeout_s), ("timeout_s", timeout_s),
+                            ("total_timeout_s", total_timeout_s)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        if read_timeout_per_token_s < 0:
+            raise ValueError(f"read_timeout_per_token_s must be >= 0, got {read_timeout_per_token_s!r}")
         self.base_url = base_url.rstrip("/")
         self.max_concurrency = max_concurrency
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_base_s = read_timeout_base_s
+        self.read_timeout_per_token_s = read_timeout_per_token_s
         self.timeout_s = timeout_s
+        self.total_timeout_s = total_timeout_s
+        self.list_timeout_s = list_timeout_s
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -96,22 +135,53 @@ class OpenAICompatBackend(Backend):
         self.model = model
         self.model_id = f"openai:{model}"
 
+    # --- timeouts -----------------------------------------------------------------------------------------
+
+    def read_timeout(self, max_tokens: int) -> float:
+        """Read timeout of one attempt of a request for up to `max_tokens` tokens."""
+        if self.timeout_s is not None:
+            return float(self.timeout_s)
+        return self.read_timeout_base_s + self.read_timeout_per_token_s * max(0, int(max_tokens))
+
+    def request_budget(self, max_tokens: int) -> float:
+        """Longest one request may take, all attempts and backoffs included."""
+        if self.total_timeout_s is not None:
+            return float(self.total_timeout_s)
+        return self.read_timeout(max_tokens) + 30.0
+
+    def _short_timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.list_timeout_s, connect=self.connect_timeout_s)
+
     # --- set-up -------------------------------------------------------------------------------------------
 
     def _discover_model(self) -> tuple[str, int | None]:
         url = f"{self.base_url}/models"
+        hint = "; or pass the model name explicitly, e.g. openai:http://host:port/v1#model-name"
         try:
-            response = httpx.get(url, headers=self._headers, timeout=self.timeout_s)
-            response.raise_for_status()
-            models = response.json()["data"]
-            first = models[0]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise BackendError(
-                f"could not list models at {url} ({type(exc).__name__}: {exc}); "
-                "pass the model name explicitly, e.g. openai:http://host:port/v1#model-name"
-            ) from exc
+            response = httpx.get(url, headers=self._headers, timeout=self._short_timeout())
+        except httpx.ConnectTimeout:
+            raise BackendError(f"could not list models at {url}: no connection within {self.connect_timeout_s:g}s "
+                               f"(connect_timeout_s); is the host reachable?") from None
+        except httpx.ConnectError as exc:
+            raise BackendError(f"could not list models at {url}: connection refused or failed ({exc}); "
+                               f"is the server running on that port?") from None
+        except httpx.TimeoutException:
+            raise BackendError(f"could not list models at {url}: the server accepted the connection but sent no "
+                               f"reply within {self.list_timeout_s:g}s (list_timeout_s); is it stuck or still "
+                               f"loading?") from None
+        except httpx.HTTPError as exc:
+            raise BackendError(f"could not list models at {url}: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise BackendError(f"could not list models at {url}: HTTP {response.status_code}: "
+                               f"{response.text[:200]!r}{hint}")
+        try:
+            first = response.json()["data"][0]
+            model_name = str(first["id"])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise BackendError(f"could not list models at {url}: bad response, not an OpenAI model list "
+                               f"({type(exc).__name__}: {exc}): {response.text[:200]!r}{hint}") from None
         ctx = first.get("max_model_len") or (first.get("meta") or {}).get("n_ctx_train")
-        return str(first["id"]), (int(ctx) if ctx else None)
+        return model_name, (int(ctx) if ctx else None)
 
     # --- the batch call ----------------------------------------------------------------------------------
 
@@ -132,11 +202,18 @@ class OpenAICompatBackend(Backend):
         limits = httpx.Limits(
             max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
         )
-        async with httpx.AsyncClient(headers=self._headers, timeout=self.timeout_s, limits=limits) as client:
+        unresponsive: list[str] = []  # set once a request got no reply at all: the rest of the batch fails fast
+        async with httpx.AsyncClient(headers=self._headers, limits=limits) as client:
 
             async def bounded(request: ChatRequest) -> Completion:
                 async with semaphore:
-                    return await self._one(client, request)
+                    if unresponsive:
+                        return _failed(f"not sent: {unresponsive[0]}", 0.0)
+                    completion = await self._one(client, request)
+                    if completion.error and completion.error.startswith(_NO_REPLY):
+                        unresponsive.append(f"the server gave no reply to an earlier request of this batch "
+                                            f"({completion.error})")
+                    return completion
 
             return list(await asyncio.gather(*(bounded(r) for r in requests)))
 
@@ -151,14 +228,30 @@ class OpenAICompatBackend(Backend):
         body["model"] = self.model
         url = f"{self.base_url}/chat/completions"
         started = time.perf_counter()
+        read_s, budget_s = self.read_timeout(request.max_tokens), self.request_budget(request.max_tokens)
+        deadline = started + budget_s
         last_error = "no attempt made"
+        replied = False  # any HTTP response at all (else the server is silent or unreachable)
+        attempts = 0
         for attempt in range(self.max_retries + 1):
+            attempt_s = min(read_s, deadline - time.perf_counter())
+            if attempt_s <= 0.05:
+                break
+            attempts += 1
             retry_after = None
+            timeout = httpx.Timeout(attempt_s, connect=min(self.connect_timeout_s, attempt_s))
             try:
-                response = await client.post(url, json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                last_error = f"{type(exc).__name__}: {exc or 'timed out'}"
+                # wait_for bounds the whole attempt, even a server that trickles bytes without finishing
+                response = await asyncio.wait_for(client.post(url, json=body, timeout=timeout), attempt_s)
+            except httpx.ConnectTimeout:
+                last_error = f"ConnectTimeout: no connection within {min(self.connect_timeout_s, attempt_s):.3g}s"
+            except (httpx.TimeoutException, asyncio.TimeoutError):
+                last_error = (f"ReadTimeout: connected, but no reply within {attempt_s:.3g}s (read timeout "
+                              f"for max_tokens={request.max_tokens})")
+            except httpx.TransportError as exc:
+                last_error = f"{type(exc).__name__}: {exc or 'connection failed'}"
             else:
+                replied = True
                 if response.status_code == 200:
                     try:
                         data = response.json()
@@ -177,19 +270,20 @@ class OpenAICompatBackend(Backend):
                         break  # a request the server will never accept: retrying cannot help
                     retry_after = _retry_after_s(response)
             if attempt < self.max_retries:
-                delay = self._backoff_s(attempt, retry_after)
+                delay = min(self._backoff_s(attempt, retry_after), max(0.0, deadline - time.perf_counter()))
                 log.debug("retry %d/%d in %.2fs after %s", attempt + 1, self.max_retries, delay, last_error)
                 await asyncio.sleep(delay)
         latency = time.perf_counter() - started
-        log.warning("request to %s failed after %d attempt(s): %s", url, attempt + 1, last_error)
-        return Completion(
-            text="",
-            prompt_tokens=0,
-            completion_tokens=0,
-            finish_reason="error",
-            latency_s=latency,
-            error=f"{last_error} (after {attempt + 1} attempt(s))",
-        )
+        log.warning("request to %s failed after %d attempt(s): %s", url, attempts, last_error)
+        out_of_time = time.perf_counter() >= deadline - 0.05
+        error = f"{last_error} (after {attempts} attempt(s) in {latency:.1f}s"
+        if out_of_time:
+            error += (f"; gave up at the {budget_s:.3g}s limit of one request: raise total_timeout_s / "
+                      f"read_timeout_per_token_s for a slower server")
+        error += ")"
+        if not replied and out_of_time and "ReadTimeout" in last_error:
+            error = f"{_NO_REPLY} {url}: {error}"
+        return _failed(error, latency)
 
     # --- tokens ---------------------------------------------------------------------------------------------
 
@@ -207,7 +301,7 @@ class OpenAICompatBackend(Backend):
                 f"{root}/tokenize",
                 json={"content": text, "prompt": text, "model": self.model, "add_special_tokens": False},
                 headers=self._headers,
-                timeout=self.timeout_s,
+                timeout=self._short_timeout(),
             )
             response.raise_for_status()
             data = response.json()

@@ -60,6 +60,14 @@ of all messages / 4. A completion longer than the request's ``max_tokens`` is cu
 Randomness: one ``numpy.random.Generator`` per request, seeded by (backend seed, request seed, a stable hash
 of question id / agent / round), so the same requests with the same seeds give bit-identical completions in any
 batch order. Requests without a seed use a stable hash of their messages instead.
+
+Fault injection
+---------------
+``SimBackend(fail_rate=p)`` (spec option ``llm.options.fail_rate``) makes each request fail with probability p,
+the way a real backend reports a request it gave up on: a Completion with ``error`` set and
+``finish_reason = "error"``. Whether a request fails is drawn from its own generator (same seeds as above, plus a
+fixed tag), so failures are deterministic per request, independent of batch order, and the answers of the
+requests that do not fail are unchanged. ``fail_rate=1`` is a dead backend.
 """
 
 from __future__ import annotations
@@ -83,6 +91,7 @@ from dear.llm.base import Backend, ChatRequest, Completion
 log = logging.getLogger(__name__)
 
 SIM_MODEL_ID = "sim-v1"
+_FAIL_TAG = 0xFA11  # separates the failure draw's seed from the answer draws' seed
 LOG_PREFIX = "[synthetic]"
 
 # ---------------------------------------------------------------- the question header (shared format)
@@ -330,7 +339,7 @@ class SimBackend(Backend):
     synthetic = True
     context_length = 32768
 
-    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0):
+    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0, fail_rate: float = 0.0):
         if params is None:
             params = SimParams()
         elif isinstance(params, dict):
@@ -341,11 +350,16 @@ class SimBackend(Backend):
             raise ValueError(f"SimBackend params must be SimParams, a dict or a JSON path, got {type(params)}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"SimBackend seed must be an int, got {seed!r}")
+        if isinstance(fail_rate, bool) or not isinstance(fail_rate, (int, float)) or not 0.0 <= fail_rate <= 1.0:
+            raise ValueError(f"SimBackend fail_rate must be a number in [0, 1], got {fail_rate!r}")
         self.params = params
         self.seed = int(seed)
+        self.fail_rate = float(fail_rate)
+        self.n_failed = 0  # injected failures so far
         self.n_calls = 0  # generate() calls (the vector env's one-call-per-round test reads this)
         self.n_requests = 0
-        log.info("%s SimBackend %s seed=%d params=%s", LOG_PREFIX, SIM_MODEL_ID, self.seed, params.to_dict())
+        log.info("%s SimBackend %s seed=%d fail_rate=%g params=%s", LOG_PREFIX, SIM_MODEL_ID, self.seed,
+                 self.fail_rate, params.to_dict())
 
     @classmethod
     def from_file(cls, path: str | Path, seed: int = 0) -> SimBackend:
@@ -358,6 +372,11 @@ class SimBackend(Backend):
         out = []
         for k, req in enumerate(requests):
             t0 = time.perf_counter()
+            if self._injected_failure(req):
+                self.n_failed += 1
+                out.append(Completion("", 0, 0, "error", time.perf_counter() - t0,
+                                      f"{LOG_PREFIX} injected failure (fail_rate={self.fail_rate:g})"))
+                continue
             try:
                 text, n_words, finish = self._complete(req)
             except ValueError as e:
@@ -392,14 +411,25 @@ class SimBackend(Backend):
             )
         return h
 
-    def _rng(self, req: ChatRequest) -> np.random.Generator:
+    def _entropy(self, req: ChatRequest) -> list[int]:
         meta = req.metadata or {}
         who = _stable_int(meta.get("question_id"), meta.get("debate_id"), meta.get("agent"), meta.get("round"))
         if req.seed is None:
             req_seed = _stable_int([m.content for m in req.messages], req.temperature, req.top_p)
         else:
             req_seed = int(req.seed) & 0xFFFFFFFFFFFFFFFF
-        return np.random.default_rng(np.random.SeedSequence([self.seed & 0xFFFFFFFF, req_seed, who]))
+        return [self.seed & 0xFFFFFFFF, req_seed, who]
+
+    def _rng(self, req: ChatRequest) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(self._entropy(req)))
+
+    def _injected_failure(self, req: ChatRequest) -> bool:
+        """Fault injection: a draw from a generator of its own, so the answers of other requests do not move."""
+        if self.fail_rate <= 0.0:
+            return False
+        if self.fail_rate >= 1.0:
+            return True
+        return bool(np.random.default_rng([*self._entropy(req), _FAIL_TAG]).random() < self.fail_rate)
 
     def _draw(self, rng, h: SyntheticHeader, skill: float, d: float, x: float, resolve: bool) -> str:
         p = self.params
