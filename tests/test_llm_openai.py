@@ -365,3 +365,79 @@ def test_silent_server_default_bound(silent):
     elapsed = time.monotonic() - started
     assert not c.ok and c.error.startswith("server never replied:")
     assert 100 <= elapsed <= 135, elapsed
+
+
+# --- connection reuse -------------------------------------------------------------------------------------
+
+
+class KeepAliveServer:
+    """An HTTP/1.1 server on 127.0.0.1 that counts the TCP connections it accepted."""
+
+    def __init__(self):
+        self.connections = 0
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive
+
+            def setup(self):  # once per accepted connection
+                super().setup()
+                with owner.lock:
+                    owner.connections += 1
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, body):
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send({"object": "list", "data": [{"id": "keepalive-model"}]})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path.endswith("/tokenize"):
+                    self._send({"tokens": [1, 2, 3]})
+                else:
+                    self._send(_ok_body())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_one_client_per_backend_reuses_its_connections():
+    server = KeepAliveServer()
+    try:
+        backend = OpenAICompatBackend(server.url, max_concurrency=2)  # lists models: one short-call connection
+        batch = [ChatRequest(HELLO, max_tokens=4) for _ in range(2)]
+        for _ in range(5):
+            assert all(c.ok for c in backend.generate(batch))
+        for _ in range(5):
+            assert backend.count_tokens("a b c") == 3
+        # Threads calling generate at once share the client too (the engine's concurrent debates do).
+        threads = [threading.Thread(target=backend.generate, args=(batch,)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # 1 connection for the short calls (models, tokenize) + at most max_concurrency for chat calls,
+        # against 1 + 5 + 5 + 3 x 2 = 17 with a client per call.
+        assert server.connections <= 1 + 2, server.connections
+        backend.close()
+        backend.close()  # idempotent
+        with pytest.raises(BackendError, match="closed"):
+            backend.generate(batch)
+    finally:
+        server.close()

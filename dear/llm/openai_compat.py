@@ -11,6 +11,11 @@ tokens), and one request's attempts and backoffs together stop at `total_timeout
 error within about 2 minutes, and once one request got no reply at all, the requests of the batch still
 waiting for a slot fail at once instead of each waiting again. Model listing and /tokenize use short timeouts
 (`connect_timeout_s`, `list_timeout_s`) and say what happened: refused, timed out, or a bad response.
+
+Connections. One backend holds one `httpx.AsyncClient` (chat calls, keep-alive, at most `max_concurrency`
+connections) on its own event loop in a daemon thread, and one `httpx.Client` for the short calls; both live
+until `close()`. Every `generate` call, from any thread, reuses their connections instead of opening new ones,
+which matters against a remote `vllm serve` fleet (TLS handshakes, connection limits).
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ import asyncio
 import email.utils
 import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -52,6 +57,25 @@ def _retry_after_s(response: httpx.Response) -> float | None:
 
 
 _NO_REPLY = "server never replied:"
+
+
+class _LoopThread:
+    """An asyncio event loop running in a daemon thread: the home of the backend's AsyncClient (a client is
+    bound to the loop it was created on, and `asyncio.run` would make a new loop on every call)."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro):
+        """Run `coro` on the loop and wait for its result (from any thread but the loop's own)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
 
 
 def _failed(error: str, latency_s: float) -> Completion:
@@ -128,12 +152,35 @@ class OpenAICompatBackend(Backend):
         self._extra = dict(extra_body or {})
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._tokenize_ok: bool | None = None  # learnt on first count_tokens call
+        self._http = httpx.Client(headers=self._headers, timeout=self._short_timeout())
+        self._loop = _LoopThread("openai-compat")
+        self._client = self._loop.run(self._make_async_client())
         self.context_length = context_length
-        if model is None:
-            model, reported_ctx = self._discover_model()
-            self.context_length = context_length or reported_ctx
+        try:
+            if model is None:
+                model, reported_ctx = self._discover_model()
+                self.context_length = context_length or reported_ctx
+        except BaseException:
+            self.close()
+            raise
         self.model = model
         self.model_id = f"openai:{model}"
+
+    async def _make_async_client(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+        # Created on the loop thread, with the semaphore that bounds requests in flight over all callers.
+        self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        return httpx.AsyncClient(headers=self._headers, limits=limits)
+
+    def close(self) -> None:
+        """Close the connections and stop the event-loop thread (idempotent)."""
+        if self._client is not None:
+            self._loop.run(self._client.aclose())
+            self._client = None
+            self._loop.stop()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     # --- timeouts -----------------------------------------------------------------------------------------
 
@@ -158,7 +205,7 @@ class OpenAICompatBackend(Backend):
         url = f"{self.base_url}/models"
         hint = "; or pass the model name explicitly, e.g. openai:http://host:port/v1#model-name"
         try:
-            response = httpx.get(url, headers=self._headers, timeout=self._short_timeout())
+            response = self._http.get(url)
         except httpx.ConnectTimeout:
             raise BackendError(f"could not list models at {url}: no connection within {self.connect_timeout_s:g}s "
                                f"(connect_timeout_s); is the host reachable?") from None
@@ -188,34 +235,31 @@ class OpenAICompatBackend(Backend):
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         if not requests:
             return []
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.agenerate(requests))
-        # Called from inside a running event loop (a notebook, an async engine): run ours in a thread.
-        with ThreadPoolExecutor(max_workers=1) as ex:
-            return ex.submit(asyncio.run, self.agenerate(requests)).result()
+        if self._client is None:
+            raise BackendError(f"OpenAICompatBackend for {self.base_url} is closed")
+        return self._loop.run(self._batch(requests))
 
     async def agenerate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        """Async form of `generate` for callers that already run an event loop."""
-        semaphore = asyncio.Semaphore(self.max_concurrency)
-        limits = httpx.Limits(
-            max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
-        )
+        """Async form of `generate` for callers that run their own event loop (the work runs on ours)."""
+        if self._client is None:
+            raise BackendError(f"OpenAICompatBackend for {self.base_url} is closed")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._batch(requests), self._loop.loop))
+
+    async def _batch(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         unresponsive: list[str] = []  # set once a request got no reply at all: the rest of the batch fails fast
-        async with httpx.AsyncClient(headers=self._headers, limits=limits) as client:
+        client = self._client
 
-            async def bounded(request: ChatRequest) -> Completion:
-                async with semaphore:
-                    if unresponsive:
-                        return _failed(f"not sent: {unresponsive[0]}", 0.0)
-                    completion = await self._one(client, request)
-                    if completion.error and completion.error.startswith(_NO_REPLY):
-                        unresponsive.append(f"the server gave no reply to an earlier request of this batch "
-                                            f"({completion.error})")
-                    return completion
+        async def bounded(request: ChatRequest) -> Completion:
+            async with self._semaphore:
+                if unresponsive:
+                    return _failed(f"not sent: {unresponsive[0]}", 0.0)
+                completion = await self._one(client, request)
+                if completion.error and completion.error.startswith(_NO_REPLY):
+                    unresponsive.append(f"the server gave no reply to an earlier request of this batch "
+                                        f"({completion.error})")
+                return completion
 
-            return list(await asyncio.gather(*(bounded(r) for r in requests)))
+        return list(await asyncio.gather(*(bounded(r) for r in requests)))
 
     def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -297,11 +341,9 @@ class OpenAICompatBackend(Backend):
             return self.estimate(text)
         root = self.base_url.removesuffix("/v1")
         try:
-            response = httpx.post(
+            response = self._http.post(
                 f"{root}/tokenize",
                 json={"content": text, "prompt": text, "model": self.model, "add_special_tokens": False},
-                headers=self._headers,
-                timeout=self._short_timeout(),
             )
             response.raise_for_status()
             data = response.json()
