@@ -43,11 +43,29 @@ def test_cli_module_entry_point_and_bad_protocol():
 
 
 def test_cli_out_is_checked_before_any_debate(tmp_path, capsys):
-    import pytest
-
-    with pytest.raises(SystemExit, match=r"--out .*is a directory"):
-        main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path)])
-    assert "questions, protocol" not in capsys.readouterr().out  # refused before the debates started
+    assert main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "questions, protocol" not in captured.out  # refused before the debates started
+    assert "error: --out" in captured.err and "is a directory" in captured.err
     (tmp_path / "f").write_text("")
-    with pytest.raises(SystemExit, match="not a directory"):
-        main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path / "f" / "t.jsonl")])
+    assert main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache",
+                 "--out", str(tmp_path / "f" / "t.jsonl")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_cli_user_errors_are_one_line_and_exit_2_traceback_only_with_v(capsys):
+    assert main(["--task", "gpqa_x", "--llm", "sim"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m dear.debate: error: unknown task 'gpqa_x'") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["--task", "gpqa_x", "--llm", "sim", "-v"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+    assert main(["--task", "synthetic", "--llm", "sim,sim", "--agents", "3"]) == 2
+    assert "--llm lists 2 specs" in capsys.readouterr().err
+
+
+def test_task_aliases():
+    from dear import tasks
+
+    (q,) = tasks.load("gpqa", n=1)
+    assert q.task == "gpqa_diamond" and tasks.canonical_task("math") == "math500"

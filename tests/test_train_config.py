@@ -75,3 +75,36 @@ def test_roundtrip_saved_config(tmp_path):
     save_config(cfg, tmp_path / "config.yaml")
     again = config_from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text()))
     assert again == cfg
+
+
+def test_help_lists_every_config_key_with_default_and_help(capsys):
+    import dataclasses
+
+    import pytest
+
+    from train.config import TrainConfig, field_help
+    from train.happo import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = capsys.readouterr().out
+    keys = [key for key, _, _ in field_help()]
+    n_fields = sum(len(dataclasses.fields(f.type if not isinstance(f.type, str) else getattr(TrainConfig(), f.name)))
+                   for f in dataclasses.fields(TrainConfig))
+    assert len(keys) == n_fields
+    for key, default, text in field_help():
+        assert f"{key} = {default}" in out
+        assert text, f"{key} has no help comment in train/config.py"
+    assert "happo.ent_coef_behavior = 0.01  -- entropy bonus" in out
+
+
+def test_sampling_ranges_use_the_engines_bounds():
+    import pytest
+
+    from train.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="env.temperature_range"):
+        load_config("sim", ["env.temperature_range=[0.1,2.5]"])
+    with pytest.raises(ConfigError, match="env.top_p_range"):
+        load_config("sim", ["env.top_p_range=[0.0,1.0]"])
+    load_config("sim", ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.05,1.0]"])

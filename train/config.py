@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
+from dear.debate.engine import T_MAX
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 # LLM presets -> backend spec for dear.llm.registry.make_backend (DESIGN §7).
@@ -33,9 +35,9 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunConfig:
-    name: str = "dear"
-    seed: int = 1
-    out_dir: str = "runs"
+    name: str = "dear"  # run directory prefix: run.out_dir/NAME-<time>
+    seed: int = 1  # seeds questions, sampling, policy init and minibatches
+    out_dir: str = "runs"  # where run directories are made
     iterations: int = 200  # HAPPO iterations (rollout + update)
     checkpoint_every: int = 10  # iterations; a checkpoint is also written at the end and on SIGINT/SIGTERM
     device: str = "auto"  # learner device: auto = CUDA when present, else CPU; or cpu / cuda / cuda:N
@@ -44,10 +46,10 @@ class RunConfig:
 
 @dataclass
 class LLMConfig:
-    preset: Literal["local", "smoke", "qwen3-8b-vllm", "openai", "sim"] = "local"
+    preset: Literal["local", "smoke", "qwen3-8b-vllm", "openai", "sim"] = "local"  # see LLM_PRESETS
     spec: str | None = None  # explicit make_backend spec; overrides the preset
     url: str | None = None  # for preset "openai": http://host:port/v1[#model]
-    max_tokens: int = 512
+    max_tokens: int = 512  # completion tokens per agent turn
     cache: str | None = None  # path of a persistent response cache (SQLite), or None
     # Where the backend lives with Ray: "engine" = one shared Ray actor (the default for real models),
     # "in_worker" = each rollout worker builds its own (the default for the cheap stateless sim).
@@ -70,15 +72,15 @@ class LLMConfig:
 
 @dataclass
 class EnvConfig:
-    task: str = "gsm8k"
-    split: str | None = "train"
+    task: str = "gsm8k"  # training questions (see dear.tasks.task_names())
+    split: str | None = "train"  # dataset split; None = the task's default
     n_questions: int | None = None  # seeded subset of the split; None = all
     num_agents: int = 3  # V
     rounds: int = 2  # R exchange rounds after round 0 (= env steps per episode)
-    temperature_range: tuple[float, float] = (0.1, 1.2)
-    top_p_range: tuple[float, float] = (0.5, 1.0)
+    temperature_range: tuple[float, float] = (0.1, 1.2)  # behavior policy: temperatures it can choose
+    top_p_range: tuple[float, float] = (0.5, 1.0)  # behavior policy: top-p values it can choose
     token_cost: float = 0.01  # lambda_tok: reward penalty per 1,000 tokens
-    fusion: Literal["dst", "mean"] = "dst"
+    fusion: Literal["dst", "mean"] = "dst"  # peer-opinion fusion: Dempster-Shafer or the mean ablation
     encoder: str | None = None  # None = the env's default for the backend (minilm real, hashing sim)
     options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
 
@@ -89,7 +91,7 @@ class RolloutConfig:
     envs_per_worker: int = 4  # sub-debates per vector env (batched into one backend call per round)
     episodes_per_iter: int = 16  # debates per HAPPO iteration (over all workers)
     worker_num_cpus: float = 0.5  # Ray scheduling share of a rollout actor
-    engine_num_cpus: float = 0.5
+    engine_num_cpus: float = 0.5  # Ray scheduling share of the shared LLM engine actor
     max_worker_restarts: int = 3  # per worker per run before giving up
 
 
@@ -97,34 +99,34 @@ class RolloutConfig:
 class PolicySection:
     """Network sizes and the baseline slots of dear.policy.PolicyConfig (n_agents/ranges come from env)."""
 
-    hidden: int = 64
-    critic_hidden: int = 128
+    hidden: int = 64  # width of the selection and behavior networks
+    critic_hidden: int = 128  # width of the centralised critic
     init_log_std: float = -0.5  # behavior Gaussian's initial log sigma
     selection_mode: Literal["learned", "full", "random"] = "learned"  # "full" = no-selection ablation
     behavior_mode: Literal["learned", "fixed"] = "learned"  # "fixed" = no-behavior ablation
     fixed_temperature: float = 0.7  # MAD's sampling; also the learned behavior mean's starting point
-    fixed_top_p: float = 0.9
+    fixed_top_p: float = 0.9  # MAD's top-p; also the learned behavior mean's starting point
 
 
 @dataclass
 class HAPPOConfig:
     gamma: float = 1.0  # episodes are short and the reward is terminal
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    clip_vloss: bool = False
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_coef: float = 0.2  # PPO ratio clip epsilon
+    clip_vloss: bool = False  # clip the value loss around the old values
     # Entropy bonus as in HARL (harl/configs/algos_cfgs/happo.yaml, algo.entropy_coef: 0.01, one value for
     # every actor); the entropy is of the agent's joint action (summed over pairs / over agents x 2 dims).
     ent_coef_selection: float = 0.01
-    ent_coef_behavior: float = 0.01
-    vf_coef: float = 1.0
-    max_grad_norm: float = 0.5
-    lr_selection: float = 3e-4
-    lr_behavior: float = 3e-4
-    lr_critic: float = 1e-3
-    update_epochs: int = 5
-    num_minibatches: int = 1
-    norm_adv: bool = True
-    value_norm: bool = True
+    ent_coef_behavior: float = 0.01  # entropy bonus of the behavior policy (HARL: 0.01)
+    vf_coef: float = 1.0  # value-loss weight
+    max_grad_norm: float = 0.5  # gradient-norm clip per network
+    lr_selection: float = 3e-4  # Adam learning rate of the selection policy
+    lr_behavior: float = 3e-4  # Adam learning rate of the behavior policy
+    lr_critic: float = 1e-3  # Adam learning rate of the critic
+    update_epochs: int = 5  # passes over each iteration's batch
+    num_minibatches: int = 1  # minibatches per pass
+    norm_adv: bool = True  # standardise advantages per minibatch
+    value_norm: bool = True  # normalise value targets with running statistics (HARL ValueNorm)
     obs_norm: bool = False  # running per-feature standardisation of actor/critic inputs (dear.policy.RunningNorm)
     target_kl: float | None = None  # early stop of an agent's epochs when approx-KL exceeds it
     agent_order: Literal["fixed", "random"] = "fixed"  # fixed = selection then behavior (DESIGN §6)
@@ -133,8 +135,8 @@ class HAPPOConfig:
 @dataclass
 class LoggingConfig:
     wandb: bool = False  # used only when wandb is installed; WANDB_MODE=offline works with no network
-    wandb_project: str = "dear"
-    progress: bool = True
+    wandb_project: str = "dear"  # wandb project name
+    progress: bool = True  # progress bar with debates finished in the current iteration
 
 
 @dataclass
@@ -161,10 +163,12 @@ class TrainConfig:
              f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")
         need(self.env.num_agents >= 2, "env.num_agents", "needs at least 2 agents")
         need(self.env.rounds >= 1, "env.rounds", "needs at least 1 exchange round")
-        for key, (lo, hi) in (("env.temperature_range", self.env.temperature_range),
-                              ("env.top_p_range", self.env.top_p_range)):
-            need(0 <= lo < hi, key, f"needs 0 <= low < high, got ({lo}, {hi})")
-        need(self.env.top_p_range[1] <= 1.0, "env.top_p_range", "top-p cannot exceed 1.0")
+        # The engine's own sampling bounds (RoundControl): T in [0, T_MAX], top-p in (0, 1].
+        t_lo, t_hi = self.env.temperature_range
+        need(0 <= t_lo < t_hi <= T_MAX, "env.temperature_range",
+             f"needs 0 <= low < high <= {T_MAX} (the widest range every backend accepts), got ({t_lo}, {t_hi})")
+        p_lo, p_hi = self.env.top_p_range
+        need(0 < p_lo < p_hi <= 1.0, "env.top_p_range", f"needs 0 < low < high <= 1, got ({p_lo}, {p_hi})")
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
         need(self.rollout.episodes_per_iter >= 1, "rollout.episodes_per_iter", "must be >= 1")
@@ -365,3 +369,59 @@ def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+# ---------------------------------------------------------------- help text for the CLI
+def field_help(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, help) of every config field, the help being the field's trailing `# comment`
+    in this file (one place for both the code and `python -m train.happo --help`)."""
+    comments = _trailing_comments(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(f.default_factory if f.default is dataclasses.MISSING else f.default):
+            out += field_help(f.default_factory, f"{key}.")
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        out.append((key, repr(_plain(default)), comments.get(f.name, "")))
+    return out
+
+
+def _trailing_comments(cls: type) -> dict[str, str]:
+    import inspect
+    import io
+    import tokenize
+
+    comments: dict[str, str] = {}
+    above: list[str] = []  # comment lines right above a field, used when it has no trailing comment
+    name = None
+    for tok in tokenize.generate_tokens(io.StringIO(inspect.getsource(cls)).readline):
+        if tok.type == tokenize.NAME and tok.start[1] == 4 and name is None:
+            name = tok.string  # a field line starts with its name at class-body indentation
+            if above:
+                comments[name] = " ".join(above)
+        elif tok.type == tokenize.COMMENT:
+            text = tok.string.lstrip("# ").strip()
+            if name is not None:
+                comments[name] = text
+            elif tok.start[1] == 4:
+                above.append(text)
+                continue
+        if tok.type == tokenize.NEWLINE:
+            name, above = None, []
+        elif tok.type == tokenize.NL and name is not None:
+            name = None
+    return comments
+
+
+def help_epilog() -> str:
+    """All config keys with defaults and help, grouped by section, for argparse's epilog."""
+    lines = ["config keys (override any of them as KEY=VALUE, e.g. rollout.episodes_per_iter=8):"]
+    section = None
+    for key, default, text in field_help():
+        head = key.split(".")[0]
+        if head != section:
+            section = head
+            lines.append(f"  {section}:")
+        lines.append(f"    {key} = {default}" + (f"  -- {text}" if text else ""))
+    return "\n".join(lines)

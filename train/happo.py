@@ -27,6 +27,7 @@ finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial
 from __future__ import annotations
 
 import argparse
+import traceback
 import copy
 import dataclasses
 import json
@@ -51,7 +52,14 @@ from dear.regulator import state_dim
 from train.algorithm import HAPPO, seed_for
 from train.buffer import RolloutBatch
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
-from train.config import ConfigError, TrainConfig, config_from_dict, load_config, apply_overrides
+from train.config import (
+    ConfigError,
+    TrainConfig,
+    apply_overrides,
+    config_from_dict,
+    help_epilog,
+    load_config,
+)
 from train.logger import RunLogger, read_metrics
 from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
 from train.workers import (
@@ -396,8 +404,9 @@ def mad_policy(cfg: TrainConfig) -> JointPolicy:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m train.happo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m train.happo", description=__doc__, epilog=help_epilog(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="show the traceback of an error")
     p.add_argument("--config", help="gsm8k | smoke | sim | path/to/config.yaml")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     p.add_argument("--ray-address", default=None, help="join an existing Ray cluster (e.g. 'auto' or host:port)")
@@ -445,6 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
                           resume=bool(args.resume), ray_address=args.ray_address, overwrite=args.overwrite)
     except START_ERRORS as e:
+        if args.verbose:
+            traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
     trainer.logger.write(f"run dir: {trainer.run_dir}  backend: {cfg.llm.backend_spec()}  "

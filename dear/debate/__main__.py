@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import logging
 import sys
+import traceback
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import PROTOCOLS, make_protocol
 from dear.debate.trace import write_jsonl
 from dear.integrity import check_output_file
-from dear.llm.base import Backend
+from dear.llm.base import Backend, BackendError
 from dear.llm.cache import CachedBackend
 from dear.llm.model_files import default_cache_dir
 from dear.llm.registry import make_backend
@@ -61,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def build_backends(args: argparse.Namespace, n_requests: int) -> tuple[dict[str, Backend], tuple[str, ...] | None]:
     specs = [s.strip() for s in args.llm.split(",") if s.strip()]
     if len(specs) > 1 and len(specs) != args.agents:
-        raise SystemExit(f"--llm lists {len(specs)} specs but --agents is {args.agents}")
+        raise ValueError(f"--llm lists {len(specs)} specs but --agents is {args.agents}")
     backends: dict[str, Backend] = {}
     for spec in dict.fromkeys(specs):
         kwargs = {}
@@ -76,6 +77,22 @@ def build_backends(args: argparse.Namespace, n_requests: int) -> tuple[dict[str,
     return backends, (tuple(specs) if len(specs) > 1 else None)
 
 
+def _setup(args: argparse.Namespace):
+    """Everything that can fail on bad input, before any debate runs: output path, questions, protocol,
+    backends (a user error raises ValueError / BackendError / OSError with a message naming the flag)."""
+    if args.out:
+        check_output_file(args.out, "--out")  # before any debate runs, not after
+    questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
+    config = DebateConfig(n_agents=args.agents, n_rounds=args.rounds, temperature0=args.temperature,
+                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed, layout=args.layout)
+    protocol = make_protocol(args.protocol, config)
+    t_load = time.perf_counter()
+    backends, agent_backends = build_backends(args, len(questions) * args.agents)
+    if agent_backends:
+        config = dataclasses.replace(config, agent_backends=agent_backends)
+    return questions, config, protocol, backends, time.perf_counter() - t_load
+
+
 def _fmt(keys) -> str:
     return "[" + ",".join("-" if k is None else str(k) for k in keys) + "]"
 
@@ -84,24 +101,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.out:
-        try:
-            check_output_file(args.out, "--out")  # before any debate runs, not after
-        except ValueError as e:
-            raise SystemExit(f"python -m dear.debate: error: {e}") from None
-    questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
-    config = DebateConfig(n_agents=args.agents, n_rounds=args.rounds, temperature0=args.temperature,
-                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed,
-                          layout=args.layout)
     try:
-        protocol = make_protocol(args.protocol, config)
-    except ValueError as e:
-        raise SystemExit(f"python -m dear.debate: error: {e}") from None
-    t_load = time.perf_counter()
-    backends, agent_backends = build_backends(args, len(questions) * args.agents)
-    load_s = time.perf_counter() - t_load
-    if agent_backends:
-        config = dataclasses.replace(config, agent_backends=agent_backends)
+        questions, config, protocol, backends, load_s = _setup(args)
+    except (ValueError, BackendError, OSError) as e:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"python -m dear.debate: error: {e}", file=sys.stderr)
+        return 2
     engine = DebateEngine(backends, config)
 
     print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.agents}, "
@@ -124,12 +130,14 @@ def main(argv=None) -> int:
         st = engine.stats
         print("\nsummary")
         print(f"  accuracy          {s.accuracy:.3f} ({s.correct}/{s.n})")
-        print(f"  tokens/question   {s.tokens_per_question:.0f} (prompt {s.prompt_tokens}, completion {s.completion_tokens})")
+        n = max(1, s.n)
+        print(f"  tokens/question   {s.tokens_per_question:.0f} (prompt {s.prompt_tokens / n:.0f} + completion "
+              f"{s.completion_tokens / n:.0f}; totals over {s.n} questions: {s.prompt_tokens} + {s.completion_tokens})")
         print(f"  failures          {s.failed}")
         print(f"  ties              {s.ties}")
         print(f"  no-answer turns   {s.no_answer_turns}/{s.turns}")
         print(f"  cache hits        {s.cached_turns}/{s.turns}" + ("" if not args.no_cache else " (cache off)"))
-        print(f"  KV-cache reuse    {st.reused_prompt_tokens} of {st.prompt_tokens} prompt tokens (total)")
+        print(f"  KV-cache reuse    {st.reused_prompt_tokens} of {st.prompt_tokens} prompt tokens (totals)")
         print(f"  context overflows {st.truncations}")
         print(f"  wall time         {wall:.1f}s ({wall / max(1, s.n):.1f}s/question; model load {load_s:.1f}s; "
               f"{st.generate_calls} generate calls, {st.fresh_completion_tokens / max(st.backend_s, 1e-9):.1f} decoded tok/s)")

@@ -8,13 +8,25 @@ GradeResult(correct=True, grader='numeric', pred='18')
 
 from dear.tasks.extract import KINDS, extract_answer, normalize_answer
 from dear.tasks.grade import grade
-from dear.tasks.loaders import TASKS, TaskSpec, get_task, load, load_jsonl, subset, task_names
+from dear.tasks.loaders import (
+    TASK_ALIASES,
+    TASKS,
+    TaskSpec,
+    canonical_task,
+    get_task,
+    load,
+    load_jsonl,
+    subset,
+    task_names,
+)
 from dear.tasks.prompts import format_instruction, render_question
 from dear.tasks.types import AnswerKind, GradeResult, Question
 
 __all__ = [
     "KINDS",
     "TASKS",
+    "TASK_ALIASES",
+    "canonical_task",
     "AnswerKind",
     "GradeResult",
     "Question",

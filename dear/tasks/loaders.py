@@ -417,14 +417,33 @@ TASKS: dict[str, TaskSpec] = {
 }
 
 
+# Short names users type for the registered tasks.
+TASK_ALIASES: dict[str, str] = {
+    "gpqa": "gpqa_diamond",
+    "math": "math500",
+    "math-500": "math500",
+    "gsm-hard": "gsm_hard",
+    "arc": "arc_challenge",
+    "truthfulqa": "truthfulqa_mc1",
+    "csqa": "commonsenseqa",
+}
+
+
 def task_names() -> list[str]:
     return list(TASKS)
 
 
-def get_task(name: str) -> TaskSpec:
+def canonical_task(name: str) -> str:
+    """The registered name of a task or of one of its aliases (TASK_ALIASES)."""
+    name = TASK_ALIASES.get(name, name)
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
-    return TASKS[name]
+        aliases = ", ".join(f"{a} = {t}" for a, t in TASK_ALIASES.items())
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)} (aliases: {aliases})")
+    return name
+
+
+def get_task(name: str) -> TaskSpec:
+    return TASKS[canonical_task(name)]
 
 
 @lru_cache(maxsize=32)
@@ -447,7 +466,8 @@ def subset(items: Sequence[Question], n: int | None, seed: int = 0) -> list[Ques
 
 def load(name: str, split: str | None = None, n: int | None = None, seed: int = 0) -> list[Question]:
     """Questions of a registered task (see `task_names()`); `n` takes a seeded-shuffle subset."""
-    spec = get_task(name)
+    name = canonical_task(name)
+    spec = TASKS[name]
     if spec.generate is not None:
         return spec.generate(n, seed, split)
     split = split or spec.default_split
