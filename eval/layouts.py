@@ -39,6 +39,7 @@ from dear.tasks.types import Question
 
 log = logging.getLogger("eval.layouts")
 PROTOCOL_NAMES = ("mad", "ring")
+MIN_QUESTIONS = 30  # the comparison the default layout rests on needs at least this many questions
 
 
 @dataclass(frozen=True)
@@ -320,9 +321,11 @@ def _verdict(rows: dict[str, ArmRow], chunks: Sequence[int], n_boot: int) -> str
     wall = {lay: sum(rows[f"{p}/{lay}"].wall_by_chunk[c] for p in PROTOCOL_NAMES for c in chunks) for lay in LAYOUTS}
     faster = wall["multiturn"] < wall["single"]
     pick = "multiturn" if not_worse and faster else "single"
+    n = len(rows[ARMS[0].name].final)
+    status = "" if n >= MIN_QUESTIONS else f" (provisional: n = {n} < {MIN_QUESTIONS} questions, the size the rule needs)"
     return (f"Rule: the default is the layout that is not worse in accuracy (paired CI) and is faster. "
             f"Multiturn not worse in accuracy: {'yes' if not_worse else 'no'}; exchange-round wall time "
-            f"multiturn {wall['multiturn']:.0f} s vs single {wall['single']:.0f} s. Reading: **{pick}**.")
+            f"multiturn {wall['multiturn']:.0f} s vs single {wall['single']:.0f} s. Reading: **{pick}**{status}.")
 
 
 def _cli_args(s: Settings) -> list[str]:
