@@ -52,11 +52,14 @@ def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTra
 
 
 # ---------------------------------------------------------------- CSV
-def write_csv(results: Sequence[MethodResult], path: Path) -> None:
+def write_csv(results: Sequence[MethodResult], path: Path,
+              failures: dict[tuple[str, str], list[tuple[str, str]]] | None = None) -> None:
+    """One row per (benchmark, method); ``failed_pending`` = failed debates a rerun will retry (not in n)."""
     rows: list[dict[str, Any]] = []
     columns: dict[str, None] = {"benchmark": None, "method": None, "label": None}
     for res in results:
-        row = {"benchmark": res.benchmark, "method": res.method, "label": res.label, **res.summary.to_row()}
+        row = {"benchmark": res.benchmark, "method": res.method, "label": res.label, **res.summary.to_row(),
+               "failed_pending": len((failures or {}).get((res.benchmark, res.method), []))}
         rows.append(row)
         columns.update(dict.fromkeys(row))
     with path.open("w", newline="", encoding="utf-8") as f:
@@ -224,7 +227,8 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
                   ("A backend error ended these debates; they are not in the accuracy above, and running the same "
                    "command again retries them."), ""]
         lines += _table(["Benchmark", "Method", "Question", "Error"],
-                        [[b, by_label(results, m) if m in methods else m, q, (err or "")[:160].replace("|", "/")]
+                        [[b, meta.get("labels", {}).get(m) or by_label(results, m), q,
+                          (err or "")[:160].replace("|", "/")]
                          for (b, m), items in sorted(remaining.items()) for q, err in items]) + [""]
 
     lines += ["## Definitions", "",

@@ -221,7 +221,9 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
         if missing and not report_only:
             raise ValueError(f"{path} predates the settings {missing} (an older eval.run wrote it, without a "
                              f"stored round 0); rebuild its report with --report-only or use a fresh --out")
-        diff = {k: (old.get(k), current[k]) for k in _FIXED_SETTINGS if k in old and old.get(k) != current[k]}
+        # A re-render may name the same policy at another path (a moved or copied directory); its sha256 counts.
+        compared = [k for k in _FIXED_SETTINGS if k in old and not (report_only and k == "checkpoint")]
+        diff = {k: (old.get(k), current[k]) for k in compared if old.get(k) != current[k]}
         if diff:
             raise ValueError(
                 f"{root} holds an evaluation with different settings "
@@ -456,7 +458,10 @@ class Evaluator:
                 results.append(report.evaluate(b, spec.name, self.label(spec), traces, seed=self.s.seed,
                                                n_boot=self.s.n_boot))
         if not results:
-            raise RuntimeError(f"{self.s.out}: no finished traces to report")
+            n_failed = sum(len(v) for v in failures.values())
+            raise ValueError(f"{self.s.out}: no finished debates to report"
+                             + (f" ({n_failed} failed on backend errors; run the same command again to retry them)"
+                                if n_failed else ""))
         for (b, m), items in failures.items():
             if items:
                 log.warning("%s/%s: %d failed debates remain (listed in summary.md; rerun the command to retry)",
@@ -465,7 +470,7 @@ class Evaluator:
         run_json = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         synthetic = bool(self.synthetic if self.synthetic is not None else run_json.get("synthetic", False))
         synthetic = synthetic or any(m.startswith("sim") for m in model_ids)
-        report.write_csv(results, out / "summary.csv")
+        report.write_csv(results, out / "summary.csv", failures=failures)
         timings = self._timings()
         generation = {b: sum(v for k, v in timings.items() if k.split("/", 1)[0] == b) for b in self.s.benchmarks}
         requested = {b: len(self.questions(b)) for b in self.s.benchmarks}
@@ -488,6 +493,7 @@ class Evaluator:
             "wall_time": f"{sum(timings.values()) / 60:.1f} min of generation over all runs of this directory"
                          if timings else "",
             "failures": failures,
+            "labels": {ROUND0: "round 0 (shared)", **{spec.name: self.label(spec) for spec in self.specs}},
             "generation_s": generation if timings else {},
             "notes": [self._sharing_note(legacy)],
         }
@@ -501,7 +507,8 @@ class Evaluator:
     def _sharing_note(self, legacy: list[str]) -> str:
         if legacy:
             return (f"Round 0 of {', '.join(legacy)} was not stored (an older eval.run wrote these traces): "
-                    "methods shared it only through the response cache, which is not verified here.")
+                    "methods shared it only through the response cache, which is not verified here; answers of "
+                    "completions cut at the token limit were extracted by the older rule (last-number fallback).")
         return ("Shared work: round 0 was generated once per question (traces/<benchmark>/round0.jsonl) and every "
                 "method starts from it — single CoT = agent 0, round-0 majority = the first V answers, "
                 "self-consistency = the first n, the debates continue the first V; every method's round-0 text "
@@ -542,17 +549,21 @@ def _stop_unanimous(debates: Sequence[Debate]) -> None:
         tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = v.answer, v.correct, v.tie, dict(v.counts)
 
 
+class Round0Mismatch(RuntimeError):
+    """A method's round 0 is not the stored one: the methods' comparison would not be paired."""
+
+
 def check_round0(benchmark: str, method: str, traces: Sequence[DebateTrace], round0: dict[str, DebateTrace],
                  path: Path) -> None:
     """Raise when a trace's round-0 text differs from the stored round 0 of its question (or it has none)."""
     for t in traces:
         stored = round0.get(t.question_id)
         if stored is None:
-            raise RuntimeError(f"{benchmark}/{method}: question {t.question_id} has no stored round 0 in {path}")
+            raise Round0Mismatch(f"{benchmark}/{method}: question {t.question_id} has no stored round 0 in {path}")
         for turn in t.rounds[0] if t.rounds else []:
             ref = stored.rounds[0][turn.agent] if turn.agent < stored.n_agents else None
             if ref is None or ref.text != turn.text:
-                raise RuntimeError(f"{benchmark}/{method}: question {t.question_id}, agent {turn.agent}: round-0 "
+                raise Round0Mismatch(f"{benchmark}/{method}: question {t.question_id}, agent {turn.agent}: round-0 "
                                    f"text differs from the stored round 0 in {path}; methods must share round 0")
 
 
@@ -639,3 +650,6 @@ if __name__ == "__main__":
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Round0Mismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
