@@ -251,6 +251,7 @@ class Evaluator:
                                  temperature0=settings.temperature, top_p0=settings.top_p,
                                  max_tokens=settings.max_tokens, seed=settings.seed, **layout)
         # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
+        self._density: dict[str, list[float]] = {}  # benchmark -> the random mask's per-round pair probability
         self.round0_width = max(settings.agents, settings.sc_samples if "sc" in settings.methods else 0)
 
     # -- lazily built heavy parts
@@ -356,7 +357,8 @@ class Evaluator:
                 log.warning("%s: round 0 failed for %d of %d questions; the next run retries them",
                             benchmark, n_failed, len(rows))
             stored = self.results.round0(benchmark)
-        return {q.id: stored[q.id] for q in questions if q.id in stored}
+        # A row narrower than needed (its widening failed) waits for the retry, like a failed one.
+        return {q.id: stored[q.id] for q in questions if q.id in stored and stored[q.id].n_agents >= width}
 
     def _run_chunk(self, spec: M.MethodSpec, benchmark: str, chunk: list[Question], chunk_index: int,
                    round0: dict[str, DebateTrace]):
@@ -398,7 +400,10 @@ class Evaluator:
         return traces, regulator
 
     def _dear_density(self, benchmark: str) -> list[float]:
-        """DEAR's realized per-round read density on this benchmark (all its finished debates so far)."""
+        """DEAR's realized per-round read density on this benchmark (all its finished debates when the random
+        mask first needs it in this run; kept for the run and recorded in run.json)."""
+        if benchmark in self._density:
+            return self._density[benchmark]
         from dear.metrics import summarize
 
         traces = self.results.load(benchmark, "dear", sorted(self.results.finished(benchmark, "dear")))
@@ -409,7 +414,12 @@ class Evaluator:
         if len(density) < self.s.rounds or any(x != x for x in density[:self.s.rounds]):  # NaN: round not reached
             raise ValueError(f"DEAR's traces on {benchmark} do not cover {self.s.rounds} exchange rounds "
                              f"(read density {density})")
-        return density[:self.s.rounds]
+        self._density[benchmark] = density[:self.s.rounds]
+        path = Path(self.s.out) / "run.json"
+        run_json = json.loads(path.read_text()) if path.exists() else {}
+        run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
+        path.write_text(json.dumps(run_json, indent=1))
+        return self._density[benchmark]
 
     def _timings(self) -> dict[str, float]:
         p = Path(self.s.out) / "timings.json"
@@ -495,7 +505,12 @@ class Evaluator:
             "failures": failures,
             "labels": {ROUND0: "round 0 (shared)", **{spec.name: self.label(spec) for spec in self.specs}},
             "generation_s": generation if timings else {},
-            "notes": [self._sharing_note(legacy)],
+            "notes": [self._sharing_note(legacy)] + [
+                f"Random-mask control on {b}: each pair read with probability {', '.join(f'{p:.3f}' for p in d)} "
+                f"in exchange rounds 1..{len(d)} (DEAR's realized read density there, drawn independently; the "
+                f"realized densities are in the read-density table)"
+                for b, d in run_json.get("random_mask_density", {}).items()
+                if b in self.s.benchmarks and "dear-random-mask" in self.s.methods],
         }
         md = report.markdown(results, meta, seed=self.s.seed, n_boot=self.s.n_boot)
         (out / "summary.md").write_text(md, encoding="utf-8")

@@ -255,6 +255,10 @@ def test_density_matched_random_mask(tmp_path, ckpt):
         assert abs(d - r) < 0.2, (dear, rnd)
     md = (tmp_path / "ok" / "summary.md").read_text()
     assert "Read density per exchange round" in md and "DEAR random-mask (sim-trained)" in md
+    # the pair probability it used is DEAR's realized density, recorded and stated
+    used = json.loads((tmp_path / "ok" / "run.json").read_text())["random_mask_density"]["synthetic"]
+    assert used == pytest.approx(dear)
+    assert f"each pair read with probability {used[0]:.3f}" in md
 
 
 # ---------------------------------------------------------------- settings guard, n-boot, policy mode, labels
