@@ -247,6 +247,9 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
                "beneficial = it adopts the plurality's correct answer."),
               ("- A completion cut at the token limit (finish_reason \"length\") gives an answer only where it "
                "marked one (a complete \\boxed{} or an answer phrase); otherwise it counts as no answer."),
+              ("- MAD stop-when-unanimous ends a debate after the first round (0, 1, …) where every agent gave the "
+               "same answer; it is charged only the rounds it ran, and its per-round accuracy counts the debates "
+               "still running at that round."),
               ("- Failed debates (a backend error) are not finished: they are left out of the accuracy, listed, "
                "and retried by the same command."),
               ""]
