@@ -19,6 +19,12 @@ Conventions (the edge cases, stated once):
   fewer agents than the plurality key and no plurality key is correct; HCR = share of them wrong at r+1.
   BCR (beneficial correction rate): i is wrong at r (with an answer), in the minority, and every plurality
   key is correct; BCR = share of them correct at r+1. Mixed ties (some leaders right, some wrong) enter neither.
+- Narrow HCR / BCR (the paper's reading): the same cases, but only agents that read at least one peer in round
+  r+1 (a case needs ``peers_read``), and the change counted is adopting the round-r plurality's answer: narrow
+  HCR = share of the correct-minority cases whose round-(r+1) answer is a (wrong) round-r plurality key;
+  narrow BCR = share of the wrong-minority cases whose round-(r+1) answer is a (correct) plurality key.
+- Truncation: an agent answer whose completion was cut at the token limit (finish_reason "length").
+- Read density of round r >= 1: peers read / (V - 1), averaged over agents and debates.
 - Drift (problem-drift paper, seed 000): s_r = per-round group score, FOCUS_r = s_r - s_{r-1}. Round r >= 1
   is drifted when s_r < max(s_0..s_{r-1}). A debate drifted when any round did; it recovered when a round after
   its first drift reaches the best score before that drift (as in the paper's code). Rounds spent drifted =
@@ -53,6 +59,8 @@ class DebateRecord:
     failed: bool = False  # the debate hit a backend error
     final_grader: str = "none"  # grader that decided the final answer ("none" when there was no answer)
     question_id: str = ""
+    peers_read: Sequence[Sequence[int]] | None = None  # [round][agent] peers shown in the prompt (None = unknown)
+    truncated: Sequence[Sequence[bool]] | None = None  # [round][agent] cut at the token limit (None = unknown)
 
     def __post_init__(self) -> None:
         if len(self.answers) != len(self.correct):
@@ -65,6 +73,10 @@ class DebateRecord:
                 raise ValueError(
                     f"DebateRecord {self.question_id!r}: round {r} has {len(a)} answers but {len(c)} grades"
                 )
+        for name in ("peers_read", "truncated"):
+            arr = getattr(self, name)
+            if arr is not None and [len(x) for x in arr] != [len(a) for a in self.answers]:
+                raise ValueError(f"DebateRecord {self.question_id!r}: {name} does not have the answers' shape")
 
     @property
     def n_rounds(self) -> int:
@@ -203,6 +215,28 @@ def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequen
     return Conformity(hcr=hcr, bcr=bcr)
 
 
+def conformity_narrow(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]],
+                      peers_read: Sequence[Sequence[int]]) -> Conformity:
+    """Narrow HCR and BCR of one debate: only agents that read a peer; the change is adopting the plurality."""
+    hcr, bcr = Ratio(0, 0), Ratio(0, 0)
+    for r in range(len(answers) - 1):
+        keys, ok = answers[r], correct[r]
+        vote = round_vote(keys, ok)
+        kc = _key_correct(keys, ok)
+        leaders_right = [kc[k] for k in vote.leaders]
+        plurality_wrong = bool(leaders_right) and not any(leaders_right)
+        plurality_right = bool(leaders_right) and all(leaders_right)
+        for i, k in enumerate(keys):
+            if k is None or vote.counts[k] >= vote.top or peers_read[r + 1][i] == 0:
+                continue
+            adopted = answers[r + 1][i] in vote.leaders
+            if ok[i] and plurality_wrong:
+                hcr = hcr + Ratio(int(adopted), 1)
+            elif not ok[i] and plurality_right:
+                bcr = bcr + Ratio(int(adopted), 1)
+    return Conformity(hcr=hcr, bcr=bcr)
+
+
 def drift(scores: Sequence[float]) -> Drift:
     """FOCUS, drift and recovery of one debate from its per-round group scores."""
     s = np.asarray(scores, dtype=float)
@@ -278,6 +312,11 @@ class MethodSummary:
     round_ties: int  # tied per-round pluralities over all rounds
     no_answer: Ratio  # agent answers without a parsable answer / all agent answers
     graders: dict[str, int] = field(default_factory=dict)
+    hcr_narrow: Ratio = Ratio(0, 0)  # agents that read >= 1 peer; harmful = adopting the wrong plurality
+    bcr_narrow: Ratio = Ratio(0, 0)
+    truncated: Ratio = Ratio(0, 0)  # agent answers cut at the token limit / all agent answers
+    truncated_no_answer: Ratio = Ratio(0, 0)  # of the truncated ones, those without an answer
+    read_density: list[float] = field(default_factory=list)  # rounds 1..R: peers read / (V-1)
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict for summary.csv (rates as floats, with their numerators and denominators)."""
@@ -302,8 +341,12 @@ class MethodSummary:
             row[f"C->I rate peers={k}"] = ratio.rate
             row[f"C->I peers={k} num"] = ratio.num
             row[f"C->I peers={k} den"] = ratio.den
-        for name, ratio in (("hcr", self.hcr), ("bcr", self.bcr)):
+        for name, ratio in (("hcr", self.hcr), ("bcr", self.bcr), ("hcr_narrow", self.hcr_narrow),
+                            ("bcr_narrow", self.bcr_narrow), ("truncation", self.truncated),
+                            ("truncated_no_answer", self.truncated_no_answer)):
             row[name], row[f"{name}_num"], row[f"{name}_den"] = ratio.rate, ratio.num, ratio.den
+        for r, dens in enumerate(self.read_density, start=1):
+            row[f"read_density_r{r}"] = dens
         for r, f in enumerate(self.focus, start=1):
             row[f"focus_r{r}"] = f
         row.update(
@@ -336,6 +379,9 @@ def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000
     focus_sum, focus_n = np.zeros(max(n_rounds - 1, 0)), np.zeros(max(n_rounds - 1, 0), dtype=int)
     flips: dict[int, Ratio] = {}
     hcr, bcr = Ratio(0, 0), Ratio(0, 0)
+    hcr_n, bcr_n = Ratio(0, 0), Ratio(0, 0)
+    truncated, truncated_none = Ratio(0, 0), Ratio(0, 0)
+    read_sum, read_n = np.zeros(max(n_rounds - 1, 0)), np.zeros(max(n_rounds - 1, 0), dtype=int)
     drifted = recovered = multi = rounds_drifted = improved = degraded = round_ties = 0
     no_answer = Ratio(0, 0)
     graders: Counter[str] = Counter()
@@ -346,8 +392,20 @@ def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000
         round_ties += sum(int(round_vote(a, c).tie) for a, c in zip(rec.answers, rec.correct))
         no_answer = no_answer + Ratio(sum(k is None for a in rec.answers for k in a), sum(map(len, rec.answers)))
         graders[rec.final_grader] += 1
+        if rec.truncated is not None:
+            cut = [k for a, t in zip(rec.answers, rec.truncated) for k, c in zip(a, t) if c]
+            truncated = truncated + Ratio(len(cut), sum(map(len, rec.answers)))
+            truncated_none = truncated_none + Ratio(sum(k is None for k in cut), len(cut))
         if rec.n_rounds < 2:
             continue
+        if rec.peers_read is not None:
+            conf_n = conformity_narrow(rec.answers, rec.correct, rec.peers_read)
+            hcr_n, bcr_n = hcr_n + conf_n.hcr, bcr_n + conf_n.bcr
+            v = len(rec.answers[0])
+            for r, peers in enumerate(rec.peers_read[1:]):
+                if v > 1:
+                    read_sum[r] += float(np.mean(peers)) / (v - 1)
+                    read_n[r] += 1
         t = transitions(rec.correct)
         trans[: len(t)] += t
         for k, ratio in flips_by_agreement(rec.answers, rec.correct).items():
@@ -366,6 +424,7 @@ def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000
     with np.errstate(invalid="ignore", divide="ignore"):
         round_acc = np.where(score_n > 0, score_sum / np.maximum(score_n, 1), np.nan)
         focus = np.where(focus_n > 0, focus_sum / np.maximum(focus_n, 1), np.nan)
+        density = np.where(read_n > 0, read_sum / np.maximum(read_n, 1), np.nan)
     return MethodSummary(
         n=len(records),
         accuracy=bootstrap_ci([float(r.final_correct) for r in records], n_boot=n_boot, seed=seed),
@@ -390,6 +449,11 @@ def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000
         round_ties=round_ties,
         no_answer=no_answer,
         graders=dict(graders),
+        hcr_narrow=hcr_n,
+        bcr_narrow=bcr_n,
+        truncated=truncated,
+        truncated_no_answer=truncated_none,
+        read_density=[float(x) for x in density],
     )
 
 

@@ -167,7 +167,9 @@ def run_chunk(engine_for: dict[str, DebateEngine], questions: Sequence[Question]
             continue
         engine = engine_for[arm.layout]
         protocol = make_arm_protocol(arm.protocol, s)
-        debates = [engine.restore(q, run.round0[q.id], protocol=arm.name) for q in todo]
+        stored = [run.round0[q.id] for q in todo]
+        debates = engine.start_from_round0(todo, [t.rounds[0] for t in stored],
+                                           debate_seeds=[t.seed for t in stored], protocol=arm.name)
         t0 = time.perf_counter()
         while active := [d for d in debates if not d.done]:
             engine.step(active, protocol.controls(active))

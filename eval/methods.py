@@ -1,16 +1,18 @@
 """Evaluation methods: the baselines and DEAR with its ablations, as (DebateConfig, protocol) pairs.
 
-Every method runs through the same `DebateEngine`, the same questions, model, round-0 sampling and seeds.
-The engine seeds a request by (config seed, debate seed, agent, round) and the debate seed by the question
-id, so identical requests recur across methods and the response cache answers them once. Shared work:
+Every method runs through the same `DebateEngine`, the same questions, model and seeds. Round 0 is generated
+once per question (``max(V, self-consistency samples)`` independent answers, stored in
+``traces/<benchmark>/round0.jsonl`` by eval.run) and every method starts from it
+(`DebateEngine.start_from_round0`):
 
-- single CoT = agent 0's round-0 answer of the debate methods (1 agent, no exchange);
-- round-0 majority = the plurality of MAD's round 0 (V agents, no exchange);
-- self-consistency with n samples: its first V samples are MAD's round 0;
-- MAD, DEAR and every ablation share round 0 (identical prompts and seeds);
+- single CoT = agent 0's stored round-0 answer (1 agent, no exchange);
+- round-0 majority = the plurality of the stored round 0's first V answers (no exchange);
+- self-consistency with n samples = the plurality of the first n stored answers;
+- MAD, MAD stopped at unanimity, DEAR and every ablation continue the first V stored answers;
 - "DEAR no-selection + no-behavior" would be MAD exactly (full mask, fixed sampling).
 
-Token accounting ignores caching: every method is charged all the tokens of all its calls, as if run alone.
+Token accounting ignores the sharing: every method is charged all the tokens of all its calls (its round-0
+calls included), as if run alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class MethodSpec:
     selection_mode: str = "learned"  # dear kind: JointPolicy overrides
     behavior_mode: str = "learned"
     fusion: str = "dst"
+    stop_when_unanimous: bool = False  # end a debate after any round where all agents give the same answer
 
     @property
     def needs_checkpoint(self) -> bool:
@@ -52,15 +55,19 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("sc", "CoT-SC", "samples", "self-consistency: n independent samples, plurality vote"),
         MethodSpec("majority", "Round-0 majority", "samples", "V independent answers, plurality, no exchange"),
         MethodSpec("mad", "MAD", "debate", "full mask, fixed sampling", protocol="mad"),
+        MethodSpec("mad-stop", "MAD stop-when-unanimous", "debate",
+                   "MAD that ends as soon as all agents give the same answer (after round 0 or any later round)",
+                   protocol="mad", stop_when_unanimous=True),
         MethodSpec("dear", "DEAR", "dear", "learned selection + learned behavior, DST fusion"),
         MethodSpec("dear-no-selection", "DEAR w/o selection", "dear", "full mask + learned behavior",
                    selection_mode="full"),
         MethodSpec("dear-no-behavior", "DEAR w/o behavior", "dear", "learned selection + fixed sampling",
                    behavior_mode="fixed"),
-        MethodSpec("dear-mean", "DEAR (Mean fusion)", "dear", "mean of selected opinions instead of DST",
+        MethodSpec("dear-mean", "DEAR Mean-fusion", "dear", "mean of selected opinions instead of DST",
                    fusion="mean"),
-        MethodSpec("dear-random-mask", "DEAR (random mask)", "dear", "random mask (p=0.5) + learned behavior",
-                   selection_mode="random"),
+        MethodSpec("dear-random-mask", "DEAR random-mask", "dear",
+                   "random mask whose per-round density is DEAR's realized density on the benchmark "
+                   "+ learned behavior", selection_mode="random"),
     )
 }
 DEFAULT_METHODS = tuple(METHODS)
@@ -93,6 +100,12 @@ class Checkpoint:
     n_rounds: int | None = None  # exchange rounds it was trained for (None = unknown)
     trained_on: str = ""  # backend / task it was trained with, for the report
     synthetic: bool = False  # trained on the sim backend
+    world: str = "unknown-trained"  # the training world, in every DEAR label: "sim-trained", "sim-fitted", ...
+    sha256: str = ""  # of the weights file the policy was loaded from (the settings guard compares it)
+
+    def label(self, spec: MethodSpec) -> str:
+        """A DEAR method's label with the policy's training world, e.g. "DEAR (sim-trained)"."""
+        return f"{spec.label} ({self.world})"
 
     def policy(self, spec: MethodSpec | None = None, seed: int = 0) -> JointPolicy:
         """The policy, with the method's ablation switches applied to the same weights."""
@@ -140,7 +153,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise ValueError(f"--checkpoint {path}: weights do not fit a policy with n_agents="
                          f"{_config_agents(path)} (is the config's V right?): {e}") from None
     m = exported.manifest
-    training = m.get("training", {})
+    training = dict(m.get("training", {}))
+    training.setdefault("sim_params", _trainer_sim_params(path))
     cfg = exported.policy.config
     for field_, mode in (("selection_mode", cfg.selection_mode), ("behavior_mode", cfg.behavior_mode)):
         if mode != "learned":
@@ -152,8 +166,58 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         encoder=exported.encoder, n_rounds=training.get("rounds"),
         trained_on=f"{training.get('llm') or 'unknown backend'} on {training.get('task') or 'unknown task'}"
                    + (f" (iteration {training['iteration']})" if training.get("iteration") is not None else ""),
-        synthetic=exported.synthetic,
+        synthetic=exported.synthetic, world=training_world(training), sha256=_weights_sha256(path),
     )
+
+
+def training_world(training: dict[str, Any]) -> str:
+    """The world a policy was trained in, from its manifest's ``training`` block: an explicit ``world``, else
+    ``sim-fitted`` (sim backend with a parameter file), ``sim-trained`` (sim backend, hand-set or default
+    parameters) or ``<llm>-trained`` for a real backend."""
+    if training.get("world"):
+        return str(training["world"])
+    llm = str(training.get("llm") or "unknown")
+    if llm.split(":", 1)[0] == "sim":
+        return "sim-fitted" if isinstance(training.get("sim_params"), str) or ":" in llm else "sim-trained"
+    return f"{llm}-trained"
+
+
+def _trainer_sim_params(path: Path) -> Any:
+    """``llm.options.params`` of a trainer checkpoint's config.yaml (a fit file path or a dict), else None."""
+    import yaml
+
+    cfg_path = _trainer_dir(path) / "config.yaml" if _trainer_dir(path) else None
+    if cfg_path is None or not cfg_path.exists():
+        return None
+    try:
+        cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"--checkpoint: {cfg_path} is not valid YAML: {e}") from None
+    return ((cfg.get("llm") or {}).get("options") or {}).get("params")
+
+
+def _trainer_dir(path: Path) -> Path | None:
+    """The checkpoint directory of a trainer run / checkpoint path (None for an exported policy)."""
+    if (path / "model.safetensors").exists():
+        return path
+    latest = path / "checkpoints" / "latest"
+    if latest.exists():
+        return path / "checkpoints" / latest.read_text().strip()
+    return None
+
+
+def _weights_sha256(path: Path) -> str:
+    import hashlib
+
+    from dear.export import WEIGHTS_FILE
+
+    ckpt = _trainer_dir(path)
+    weights = ckpt / "model.safetensors" if ckpt is not None else path / WEIGHTS_FILE
+    h = hashlib.sha256()
+    with weights.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _config_agents(path: Path) -> str:
@@ -191,12 +255,50 @@ def check_compatible(ckpt: Checkpoint, n_agents: int | None, temp_range: tuple[f
 @dataclass
 class MethodRun:
     config: DebateConfig
-    protocol: Any  # Protocol or RegulatedProtocol
+    protocol: Any  # Protocol, RegulatedProtocol or DensityMatched
+
+
+@dataclass
+class DensityMatched:
+    """The random-mask control: before exchange round r, every pair is read with probability density[r-1]
+    (DEAR's realized read density of round r on the same benchmark); behavior stays the policy's."""
+
+    inner: Any  # a RegulatedProtocol whose policy has selection_mode="random"
+    density: list[float]  # per exchange round 1..R
+
+    def __post_init__(self):
+        if len(self.density) < self.inner.n_rounds:
+            raise ValueError(f"density-matched random mask: {len(self.density)} round densities for "
+                             f"{self.inner.n_rounds} exchange rounds")
+        if not all(0.0 <= p <= 1.0 for p in self.density):
+            raise ValueError(f"density-matched random mask: densities must be in [0, 1], got {self.density}")
+
+    @property
+    def n_rounds(self) -> int:
+        return self.inner.n_rounds
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def records(self) -> dict:
+        return self.inner.records
+
+    def controls(self, debates):
+        rounds = {d.round for d in debates}
+        if len(rounds) != 1:
+            raise ValueError(f"density-matched random mask: debates at different rounds {sorted(rounds)}")
+        self.inner.policy.config.random_p = float(self.density[rounds.pop()])  # round r+1 -> density[r]
+        return self.inner.controls(debates)
 
 
 def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoint | None = None,
-          encoder=None, seed: int = 0) -> MethodRun:
-    """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder)."""
+          encoder=None, seed: int = 0, deterministic: bool = True,
+          density: list[float] | None = None) -> MethodRun:
+    """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder; the
+    random-mask control needs DEAR's per-round read density). ``deterministic``: the policy's mode (pairs
+    with p > 0.5, behavior mean) instead of sampled actions."""
     if spec.kind == "single":
         return MethodRun(replace(base, n_agents=1, n_rounds=0), MajorityProtocol())
     if spec.kind == "samples":
@@ -211,5 +313,9 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
     from dear.regulator import RegulatedProtocol  # floor 3
 
     proto_r = RegulatedProtocol(policy=ckpt.policy(spec, seed=seed), encoder=encoder, config=base,
-                                deterministic=True, name=spec.name)
+                                deterministic=deterministic, name=spec.name)
+    if spec.selection_mode == "random":
+        if density is None:
+            raise ValueError(f"method {spec.name!r} needs DEAR's per-round read density")
+        return MethodRun(base, DensityMatched(proto_r, list(density)))
     return MethodRun(base, proto_r)

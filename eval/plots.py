@@ -154,12 +154,17 @@ def transitions(results: Sequence[MethodResult], path: Path, synthetic: bool = F
 
 
 def conformity(results: Sequence[MethodResult], path: Path, synthetic: bool = False) -> None:
-    """HCR and BCR per method with Wilson 95 % intervals; bar labels give numerator/denominator."""
+    """HCR and BCR per method, each beside its narrow variant (agents that read a peer; the change is adopting
+    the plurality), with Wilson 95 % intervals; bar labels give numerator/denominator."""
     benchmarks, methods, by = _grid(results)
     debate_methods = [m for m in methods if any(by.get((b, m)) and by[(b, m)].summary.n_rounds > 1
                                                 for b in benchmarks)]
-    fig, axes = _subplots(len(benchmarks), width=max(5.2, 1.0 * len(debate_methods) + 1.5), height=4.4)
-    width = 0.38
+    fig, axes = _subplots(len(benchmarks), width=max(5.2, 1.6 * len(debate_methods) + 1.5), height=4.4)
+    bars = (("hcr", "HCR (harmful conformity)", "#d62728", None),
+            ("hcr_narrow", "HCR narrow (read a peer, adopted the wrong plurality)", "#d62728", "//"),
+            ("bcr", "BCR (beneficial correction)", "#1f77b4", None),
+            ("bcr_narrow", "BCR narrow (read a peer, adopted the right plurality)", "#1f77b4", "//"))
+    width = 0.2
     for ax, b in zip(axes, benchmarks):
         res = [by[(b, m)] for m in debate_methods if (b, m) in by]
         if not res:
@@ -167,25 +172,26 @@ def conformity(results: Sequence[MethodResult], path: Path, synthetic: bool = Fa
             ax.set_axis_off()
             continue
         x = np.arange(len(res))
-        for off, name, color in ((-width / 2, "hcr", "#d62728"), (width / 2, "bcr", "#1f77b4")):
+        for k, (name, label, color, hatch) in enumerate(bars):
+            off = (k - 1.5) * width
             ratios = [getattr(r.summary, name) for r in res]
             cis = [wilson_ci(q) for q in ratios]
             vals = np.array([0.0 if math.isnan(c.mean) else 100 * c.mean for c in cis])
             err = np.array([[0.0, 0.0] if math.isnan(c.mean) else [100 * (c.mean - c.low), 100 * (c.high - c.mean)]
                             for c in cis]).T
-            ax.bar(x + off, vals, width, yerr=err, capsize=3, color=color, error_kw={"elinewidth": 1},
-                   label="HCR (harmful conformity)" if name == "hcr" else "BCR (beneficial correction)")
+            ax.bar(x + off, vals, width, yerr=err, capsize=2, color=color, hatch=hatch, edgecolor="white",
+                   alpha=0.6 if hatch else 1.0, error_kw={"elinewidth": 1}, label=label)
             for xi, (q, v, hi) in enumerate(zip(ratios, vals, err[1])):
                 ax.text(xi + off, v + hi + 1.5 if q.den else 1.5, f"{q.num}/{q.den}" if q.den else "n/a",
-                        ha="center", va="bottom", fontsize=7)
+                        ha="center", va="bottom", fontsize=6, rotation=90)
         ax.set_xticks(x, [r.label for r in res], fontsize=8, rotation=25, ha="right")
         ax.set_xlim(-0.8, len(res) - 0.2)  # bars keep their width when only one method has rounds
         ax.set_ylabel("rate % (Wilson 95 % CI)")
-        ax.set_ylim(0, 112)
+        ax.set_ylim(0, 118)
         ax.set_yticks(range(0, 101, 20))
         ax.set_title(b)
         ax.grid(True, axis="y", alpha=0.3)
-    _finish(fig, axes, "Harmful conformity (HCR) and beneficial correction (BCR)", synthetic, path)
+    _finish(fig, axes, "Harmful conformity (HCR) and beneficial correction (BCR), both readings", synthetic, path)
 
 
 PLOTS = {

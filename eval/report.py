@@ -28,6 +28,8 @@ def trace_to_record(trace: DebateTrace) -> DebateRecord:
         failed=bool(trace.failed),
         final_grader=grader,
         question_id=trace.question_id,
+        peers_read=[[len(t.peers) for t in turns] for turns in trace.rounds],
+        truncated=[[t.finish_reason == "length" for t in turns] for turns in trace.rounds],
     )
 
 
@@ -50,11 +52,14 @@ def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTra
 
 
 # ---------------------------------------------------------------- CSV
-def write_csv(results: Sequence[MethodResult], path: Path) -> None:
+def write_csv(results: Sequence[MethodResult], path: Path,
+              failures: dict[tuple[str, str], list[tuple[str, str]]] | None = None) -> None:
+    """One row per (benchmark, method); ``failed_pending`` = failed debates a rerun will retry (not in n)."""
     rows: list[dict[str, Any]] = []
     columns: dict[str, None] = {"benchmark": None, "method": None, "label": None}
     for res in results:
-        row = {"benchmark": res.benchmark, "method": res.method, "label": res.label, **res.summary.to_row()}
+        row = {"benchmark": res.benchmark, "method": res.method, "label": res.label, **res.summary.to_row(),
+               "failed_pending": len((failures or {}).get((res.benchmark, res.method), []))}
         rows.append(row)
         columns.update(dict.fromkeys(row))
     with path.open("w", newline="", encoding="utf-8") as f:
@@ -85,9 +90,11 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: str = "mad",
-             seed: int = 0) -> str:
-    """The full summary.md text. `meta` carries the command, model, seeds and labels for the header."""
+def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: Sequence[str] = ("mad", "majority"),
+             seed: int = 0, n_boot: int = 2000) -> str:
+    """The full summary.md text. `meta` carries the command, model, seeds and labels for the header, and
+    optionally `failures` {(benchmark, method): [(question_id, error)]} (failed debates that remain, left out
+    of the accuracy) and `generation_s` {benchmark: seconds}."""
     benchmarks = list(dict.fromkeys(r.benchmark for r in results))
     methods = list(dict.fromkeys(r.method for r in results))
     by = {(r.benchmark, r.method): r for r in results}
@@ -95,9 +102,13 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: st
     if meta.get("synthetic"):
         lines += [("> **SYNTHETIC** — produced with the `sim` backend (synthetic debaters, no language model). "
                   "These numbers test the pipeline; they are not LLM results."), ""]
+    if "n" not in meta:
+        meta = {**meta, "n": ", ".join(f"{b}: {max(r.summary.n for r in results if r.benchmark == b)}"
+                                       for b in benchmarks)}
+    failures: dict[tuple[str, str], list[tuple[str, str]]] = meta.get("failures", {})
     for key, name in (("command", "Command"), ("model", "Model"), ("checkpoint", "Checkpoint"),
-                      ("seed", "Seed"), ("n", "Questions per benchmark"), ("debate", "Debate"),
-                      ("date", "Date"), ("wall_time", "Wall time")):
+                      ("policy_sampling", "Policy actions"), ("seed", "Seed"), ("n", "Questions reported"),
+                      ("debate", "Debate"), ("date", "Date"), ("wall_time", "Wall time")):
         if meta.get(key) not in (None, ""):
             value = f"`{meta[key]}`" if key == "command" else str(meta[key])
             lines.append(f"- **{name}:** {value}")
@@ -125,7 +136,9 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: st
         rows.append(row)
     lines += _table(header, rows) + [""]
 
-    if baseline in methods:
+    for baseline in baselines:
+        if baseline not in methods:
+            continue
         lines += [f"### Paired difference to {by_label(results, baseline)} (same questions)", "",
                   "Accuracy difference in percentage points with a paired bootstrap 95 % CI.", ""]
         rows = []
@@ -140,22 +153,36 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: st
                     row.append("–")
                     continue
                 d = paired_bootstrap_diff([r.correct_by_question[q] for q in common],
-                                          [base.correct_by_question[q] for q in common], seed=seed)
+                                          [base.correct_by_question[q] for q in common], seed=seed, n_boot=n_boot)
                 row.append(f"{100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]")
             rows.append(row)
         lines += _table(["Method"] + benchmarks, rows) + [""]
 
+    generation = meta.get("generation_s") or {}
+    if generation:
+        lines += ["### Generation time per benchmark", "",
+                  "Wall time of all generation in this directory (all runs of the command, all methods).", ""]
+        lines += _table(["Benchmark", "minutes"], [[b, f"{generation[b] / 60:.1f}"] for b in benchmarks
+                                                    if b in generation]) + [""]
+
     for b in benchmarks:
         res = [by[(b, m)] for m in methods if (b, m) in by]
         lines += [f"## {b}", ""]
+        lines += [("n = finished debates (accuracy is over these); failed = debates of this method whose backend "
+                   "failed and that a rerun of the command retries (not in the accuracy), plus any legacy failed "
+                   "traces counted as wrong. Truncated = agent answers cut at the token limit; without a marked "
+                   "answer they count as no answer."), ""]
         lines += _table(
             ["Method", "n", "acc %", "95 % CI", "prompt tok/q", "completion tok/q", "total tok/q", "failed",
-             "final ties", "no-answer %", "graders (final answer)"],
+             "final ties", "no-answer %", "truncated % (no answer)", "graders (final answer)"],
             [[r.label, str(r.summary.n), _pct(r.summary.accuracy.mean),
               f"[{_pct(r.summary.accuracy.low)}, {_pct(r.summary.accuracy.high)}]",
               f"{r.summary.prompt_tokens:,.0f}", f"{r.summary.completion_tokens:,.0f}",
-              f"{r.summary.total_tokens.mean:,.0f}", str(r.summary.failed), str(r.summary.final_ties),
-              _pct(r.summary.no_answer.rate), ", ".join(f"{g}: {c}" for g, c in sorted(r.summary.graders.items()))]
+              f"{r.summary.total_tokens.mean:,.0f}",
+              str(r.summary.failed + len(failures.get((b, r.method), []))), str(r.summary.final_ties),
+              _pct(r.summary.no_answer.rate),
+              f"{_ratio(r.summary.truncated)}; {_ratio(r.summary.truncated_no_answer)}",
+              ", ".join(f"{g}: {c}" for g, c in sorted(r.summary.graders.items()))]
              for r in res],
         ) + [""]
         debates = [r for r in res if r.summary.n_rounds > 1]
@@ -170,13 +197,18 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: st
         lines += [("Conformity (agent-round cases; rate % (numerator/denominator)), drift (problem-drift FOCUS on "
                   "the per-round group answer):"), ""]
         lines += _table(
-            ["Method", "HCR", "BCR", "drifted debates", "recovered", "mean rounds drifted", "improved / degraded",
-             "mean FOCUS per round"],
-            [[r.label, _ratio(r.summary.hcr), _ratio(r.summary.bcr), _ratio(r.summary.drifted),
+            ["Method", "HCR", "BCR", "HCR narrow", "BCR narrow", "drifted debates", "recovered",
+             "mean rounds drifted", "improved / degraded", "mean FOCUS per round"],
+            [[r.label, _ratio(r.summary.hcr), _ratio(r.summary.bcr), _ratio(r.summary.hcr_narrow),
+              _ratio(r.summary.bcr_narrow), _ratio(r.summary.drifted),
               _ratio(r.summary.recovered), f"{r.summary.mean_rounds_drifted:.2f}",
               f"{r.summary.improved} / {r.summary.degraded}",
               ", ".join(f"{x:+.3f}" for x in r.summary.focus)] for r in debates],
         ) + [""]
+        lines += ["Read density per exchange round (peers read / (V − 1), mean over agents and debates):", ""]
+        lines += _table(["Method"] + [f"round {k}" for k in range(1, n_rounds)],
+                        [[r.label] + [_pct(x) for x in r.summary.read_density] +
+                         ["–"] * (n_rounds - 1 - len(r.summary.read_density)) for r in debates]) + [""]
         lines += ["Transitions per agent (counts, round r → r+1):", ""]
         rows = []
         for r in debates:
@@ -189,6 +221,16 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: st
                         [[r.label] + [_ratio(r.summary.flips_by_agreement.get(k, Ratio(0, 0))) for k in peers]
                          for r in debates]) + [""]
 
+    remaining = {k: v for k, v in failures.items() if v}
+    if remaining:
+        lines += ["## Failed debates that remain", "",
+                  ("A backend error ended these debates; they are not in the accuracy above, and running the same "
+                   "command again retries them."), ""]
+        lines += _table(["Benchmark", "Method", "Question", "Error"],
+                        [[b, meta.get("labels", {}).get(m) or by_label(results, m), q,
+                          (err or "")[:160].replace("|", "/")]
+                         for (b, m), items in sorted(remaining.items()) for q, err in items]) + [""]
+
     lines += ["## Definitions", "",
               ("- Final answer: plurality over the last round's parsed answers; ties broken by a seeded random "
               "choice (counted as *final ties*). No parsable answer never votes; a debate where no agent "
@@ -200,7 +242,16 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baseline: st
               ("- Drift: s_r = per-round group score, FOCUS_r = s_r − s_(r−1); a debate has drifted at round r "
               "when s_r is below the best earlier round; it recovered when a later round reaches the pre-drift "
               "best. Rates with an empty denominator are shown as –."),
-              "- Failed debates (a backend error) count as wrong and are listed.",
+              ("- HCR narrow / BCR narrow (the paper's reading): the same cases restricted to agents that read at "
+               "least one peer in round r+1; harmful = the agent adopts the round-r plurality's wrong answer, "
+               "beneficial = it adopts the plurality's correct answer."),
+              ("- A completion cut at the token limit (finish_reason \"length\") gives an answer only where it "
+               "marked one (a complete \\boxed{} or an answer phrase); otherwise it counts as no answer."),
+              ("- MAD stop-when-unanimous ends a debate after the first round (0, 1, …) where every agent gave the "
+               "same answer; it is charged only the rounds it ran, and its per-round accuracy counts the debates "
+               "still running at that round."),
+              ("- Failed debates (a backend error) are not finished: they are left out of the accuracy, listed, "
+               "and retried by the same command."),
               ""]
     return "\n".join(lines)
 

@@ -2,11 +2,15 @@
 
     python -m eval.run --checkpoint runs/gsm8k --benchmarks math500,gpqa_diamond --n 100 --llm local
 
-Results directory (``--out``): ``traces/<benchmark>/<method>.jsonl`` (one DebateTrace per line; DEAR methods
+Results directory (``--out``): ``traces/<benchmark>/round0.jsonl`` (the round 0 of every question, generated
+once and read by every method), ``traces/<benchmark>/<method>.jsonl`` (one DebateTrace per line; DEAR methods
 also ``<method>.regulator.jsonl`` with the beliefs, masks and sampling the policy chose), ``summary.csv``,
-``summary.md``, PNG plots, ``run.json`` (the settings), ``done.tsv`` (finished benchmark/method/question) and
-``cache.sqlite`` (the response cache). Re-running the same command continues where it stopped: finished
-questions are skipped (done-list) and repeated requests are answered from the cache.
+``summary.md``, PNG plots, ``run.json`` (the settings), ``done.tsv`` (finished benchmark/method/question),
+``timings.json`` and ``cache.sqlite`` (the response cache).
+
+Re-running the same command continues where it stopped: finished questions are skipped (done-list). A debate
+that a backend error ended is never "done": its trace is kept for the record, the report lists it and leaves it
+out of the accuracy, and the next run of the command retries it (a failed round 0 likewise).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,10 @@ log = logging.getLogger("eval")
 # Settings that must not change inside one results directory (they change the questions or the answers).
 # `--n` may change: a subset is the first n of a seeded shuffle, so a larger n extends a smaller one.
 _FIXED_SETTINGS = ("llm", "seed", "agents", "rounds", "max_tokens", "temperature", "top_p", "sc_samples",
-                   "checkpoint", "encoder")
+                   "checkpoint", "encoder", "backend_options", "checkpoint_sha256", "layout", "policy_sampling")
+LAYOUTS = ("multiturn", "single")
+POLICY_SAMPLING = ("deterministic", "sampled")
+ROUND0 = "round0"  # the pseudo-method name of the shared round 0 in timings and failure lists
 
 
 @dataclass
@@ -64,6 +71,10 @@ class EvalSettings:
     n_boot: int = 2000
     progress: bool = True
     backend_options: dict[str, Any] = field(default_factory=dict)
+    checkpoint_sha256: str | None = None
+    layout: str = "single"  # exchange-prompt layout (DebateConfig.layout)
+    policy_sampling: str = "deterministic"  # DEAR policies: mode of the action distribution, or sampled
+    policy_world: str | None = None  # the DEAR policy's training world, shown in its labels
 
 
 def _range(text: str | None, flag: str) -> tuple[float, float] | None:
@@ -103,6 +114,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke backends)")
     p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke backends)")
+    p.add_argument("--layout", choices=LAYOUTS,
+                   help="exchange-prompt layout of the debate engine (default: the engine's default)")
+    p.add_argument("--policy-sampling", choices=POLICY_SAMPLING, default="deterministic",
+                   help="DEAR policies act by the mode of their distribution (default) or sample (seeded per chunk)")
+    p.add_argument("--policy-world", help="override the DEAR label's training world (default: from the checkpoint, "
+                                          "e.g. sim-trained, sim-fitted, local-trained)")
     return p.parse_args(argv)
 
 
@@ -118,6 +135,9 @@ class ResultsDir:
     def regulator_path(self, benchmark: str, method: str) -> Path:
         return self.root / "traces" / benchmark / f"{method}.regulator.jsonl"
 
+    def round0_path(self, benchmark: str) -> Path:
+        return self.trace_path(benchmark, ROUND0)
+
     def done(self) -> set[tuple[str, str, str]]:
         if not self.done_path.exists():
             return set()
@@ -131,7 +151,8 @@ class ResultsDir:
 
     def append(self, benchmark: str, method: str, traces: Sequence[DebateTrace],
                regulator: dict[str, list] | None = None) -> None:
-        """Traces first (fsynced), then the done-list: a crash between the two only redoes the batch."""
+        """Traces first (fsynced), then the done-list: a crash between the two only redoes the batch.
+        Failed traces are kept for the record but never marked done, so the next run retries them."""
         path = self.trace_path(benchmark, method)
         path.parent.mkdir(parents=True, exist_ok=True)
         _append_lines(path, [t.to_json() for t in traces])
@@ -140,16 +161,39 @@ class ResultsDir:
 
             _append_lines(self.regulator_path(benchmark, method), [
                 decisions_json(t.debate_id, t.question_id, regulator.get(t.debate_id, [])) for t in traces])
-        _append_lines(self.done_path, [f"{benchmark}\t{method}\t{t.question_id}" for t in traces])
+        _append_lines(self.done_path, [f"{benchmark}\t{method}\t{t.question_id}" for t in traces if not t.failed])
+
+    def _latest(self, benchmark: str, method: str) -> dict[str, DebateTrace]:
+        path = self.trace_path(benchmark, method)
+        return {t.question_id: t for t in read_jsonl(path)} if path.exists() else {}
+
+    def finished(self, benchmark: str, method: str) -> set[str]:
+        """Questions whose latest trace is done and did not fail (a legacy done-list could mark failures)."""
+        done = {q for b, m, q in self.done() if b == benchmark and m == method}
+        return {q for q, t in self._latest(benchmark, method).items() if q in done and not t.failed}
 
     def load(self, benchmark: str, method: str, question_ids: Sequence[str]) -> list[DebateTrace]:
         """Finished traces of the given questions in question order (last write wins)."""
-        path = self.trace_path(benchmark, method)
-        if not path.exists():
-            return []
+        latest = self._latest(benchmark, method)
         done = {q for b, m, q in self.done() if b == benchmark and m == method}
-        latest = {t.question_id: t for t in read_jsonl(path) if t.question_id in done}
-        return [latest[q] for q in question_ids if q in latest]
+        return [latest[q] for q in question_ids if q in latest and q in done]
+
+    def failures(self, benchmark: str, method: str, question_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(question id, error) of the given questions whose latest attempt failed and that are not finished."""
+        latest = self._latest(benchmark, method)
+        finished = self.finished(benchmark, method) if method != ROUND0 else set()
+        return [(q, latest[q].error or "failed") for q in question_ids
+                if q in latest and latest[q].failed and q not in finished]
+
+    def round0(self, benchmark: str) -> dict[str, DebateTrace]:
+        """The stored round 0 per question (latest row that did not fail)."""
+        path = self.round0_path(benchmark)
+        return {t.question_id: t for t in read_jsonl(path) if not t.failed} if path.exists() else {}
+
+    def append_round0(self, benchmark: str, traces: Sequence[DebateTrace]) -> None:
+        path = self.round0_path(benchmark)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _append_lines(path, [t.to_json() for t in traces])
 
 
 def _append_lines(path: Path, lines: Sequence[str]) -> None:
@@ -160,14 +204,26 @@ def _append_lines(path: Path, lines: Sequence[str]) -> None:
         os.fsync(f.fileno())
 
 
-def _check_settings(root: Path, settings: EvalSettings) -> dict[str, Any]:
-    """Refuse to mix runs with different settings in one results directory; returns the stored run.json."""
+def _check_settings(root: Path, settings: EvalSettings, report_only: bool = False) -> dict[str, Any]:
+    """Refuse to mix runs with different settings in one results directory; returns the stored run.json.
+
+    A run.json written before a setting was guarded lacks it: such a directory can be re-reported
+    (``--report-only``) but not extended, since its round 0 was not stored for sharing."""
     path = root / "run.json"
     current = asdict(settings)
     if path.exists():
-        stored = json.loads(path.read_text())
-        diff = {k: (stored.get("settings", {}).get(k), current[k]) for k in _FIXED_SETTINGS
-                if stored.get("settings", {}).get(k) != current[k]}
+        try:
+            stored = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e}); repair it or use another --out") from None
+        old = stored.get("settings", {})
+        missing = [k for k in _FIXED_SETTINGS if k not in old]
+        if missing and not report_only:
+            raise ValueError(f"{path} predates the settings {missing} (an older eval.run wrote it, without a "
+                             f"stored round 0); rebuild its report with --report-only or use a fresh --out")
+        # A re-render may name the same policy at another path (a moved or copied directory); its sha256 counts.
+        compared = [k for k in _FIXED_SETTINGS if k in old and not (report_only and k == "checkpoint")]
+        diff = {k: (old.get(k), current[k]) for k in compared if old.get(k) != current[k]}
         if diff:
             raise ValueError(
                 f"{root} holds an evaluation with different settings "
@@ -192,7 +248,10 @@ class Evaluator:
         self.synthetic: bool | None = backend.synthetic if backend else None
         self.base = DebateConfig(n_agents=settings.agents, n_rounds=settings.rounds,
                                  temperature0=settings.temperature, top_p0=settings.top_p,
-                                 max_tokens=settings.max_tokens, seed=settings.seed)
+                                 max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout)
+        # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
+        self._density: dict[str, list[float]] = {}  # benchmark -> the random mask's per-round pair probability
+        self.round0_width = max(settings.agents, settings.sc_samples if "sc" in settings.methods else 0)
 
     # -- lazily built heavy parts
     def backend(self) -> Backend:
@@ -224,51 +283,142 @@ class Evaluator:
 
     def run(self) -> None:
         """Chunk-major order (chunk k of every benchmark and method before chunk k+1), so an evaluation cut
-        short still compares all methods on the same questions; the cache serves shared round-0 calls."""
-        done = self.results.done()
-        plan = []
+        short still compares all methods on the same questions. Each chunk first completes its stored round 0,
+        then runs every method from it. The density-matched random mask runs last, after DEAR's chunks."""
+        plan: list[tuple[int, str, list[Question]]] = []
+        todo: dict[tuple[str, str], set[str]] = {}
         for b in self.s.benchmarks:
             qs = self.questions(b)
             ids = [q.id for q in qs]
             if len(set(ids)) != len(ids):
                 raise ValueError(f"benchmark {b}: duplicate question ids in the subset")
+            for spec in self.specs:
+                todo[(b, spec.name)] = set(ids) - self.results.finished(b, spec.name)
             for k in range((len(qs) + self.s.batch - 1) // self.s.batch):
-                chunk = qs[k * self.s.batch:(k + 1) * self.s.batch]
-                for spec in self.specs:
-                    todo = [q for q in chunk if (b, spec.name, q.id) not in done]
-                    if todo:
-                        plan.append((k, b, spec, todo))
-        plan.sort(key=lambda item: item[0])  # stable: benchmarks and methods keep their order within a chunk
-        total = sum(len(chunk) for *_, chunk in plan)
+                plan.append((k, b, qs[k * self.s.batch:(k + 1) * self.s.batch]))
+        plan.sort(key=lambda item: item[0])  # stable: benchmarks keep their order within a chunk
+        first = [s for s in self.specs if s.selection_mode != "random" or s.kind != "dear"]
+        last = [s for s in self.specs if s not in first]
+        total = sum(len(v) for v in todo.values())
         if total == 0:
             log.info("nothing to do: all questions of all methods are finished")
             return
         timings = self._timings()
         with tqdm(total=total, desc="eval", unit="q", disable=not self.s.progress, dynamic_ncols=True) as bar:
-            for k, b, spec, chunk in plan:
-                bar.set_description(f"{b}/{spec.name}")
-                t0 = time.perf_counter()
-                traces, regulator = self._run_chunk(spec, chunk, k)
-                self.results.append(b, spec.name, traces, regulator)
-                key = f"{b}/{spec.name}"
-                timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
-                self._save_timings(timings)
-                bar.update(len(chunk))
+            for specs in (first, last):
+                for k, b, chunk in plan:
+                    work = {spec: [q for q in chunk if q.id in todo[(b, spec.name)]] for spec in specs}
+                    need = [q for q in chunk if any(q in qs for qs in work.values())]
+                    if not need:
+                        continue
+                    round0 = self._timed(timings, b, ROUND0, self._round0, b, need)
+                    for spec, qs in work.items():
+                        ready = [q for q in qs if q.id in round0]
+                        if not ready:
+                            continue
+                        bar.set_description(f"{b}/{spec.name}")
+                        traces, regulator = self._timed(timings, b, spec.name, self._run_chunk,
+                                                        spec, b, ready, k, round0)
+                        self.results.append(b, spec.name, traces, regulator)
+                        bar.update(len(ready))
+        self._save_timings(timings)
 
-    def _run_chunk(self, spec: M.MethodSpec, chunk: list[Question], chunk_index: int):
+    def _timed(self, timings: dict[str, float], benchmark: str, name: str, fn, *args):
+        """fn(*args), its wall time added to timings[benchmark/name] (saved at once: a stop loses nothing)."""
+        t0 = time.perf_counter()
+        out = fn(*args)
+        key = f"{benchmark}/{name}"
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
+        self._save_timings(timings)
+        return out
+
+    def _round0(self, benchmark: str, questions: list[Question]) -> dict[str, DebateTrace]:
+        """The stored round 0 of these questions, generating what is missing (or narrower than needed) once.
+        A widened row keeps the stored answers and adds the new agents' answers."""
+        stored = self.results.round0(benchmark)
+        width = self.round0_width
+        missing = [q for q in questions if q.id not in stored or stored[q.id].n_agents < width]
+        if missing:
+            engine = DebateEngine(self.backend(), replace(self.base, n_agents=width, n_rounds=0))
+            fresh = engine.start(missing, n_rounds=0, protocol=ROUND0)
+            rows = []
+            for d in fresh:
+                old = stored.get(d.question.id)
+                if old is not None and not d.failed:  # widen: keep the stored answers (shared already)
+                    turns = old.rounds[0] + d.trace.rounds[0][old.n_agents:]
+                    d = DebateEngine(self.backend(), replace(self.base, n_agents=width, n_rounds=0)) \
+                        .start_from_round0([d.question], [turns], n_rounds=0, protocol=ROUND0)[0]
+                d.trace.protocol = ROUND0
+                rows.append(d.trace)
+            self.results.append_round0(benchmark, rows)
+            n_failed = sum(t.failed for t in rows)
+            if n_failed:
+                log.warning("%s: round 0 failed for %d of %d questions; the next run retries them",
+                            benchmark, n_failed, len(rows))
+            stored = self.results.round0(benchmark)
+        # A row narrower than needed (its widening failed) waits for the retry, like a failed one.
+        return {q.id: stored[q.id] for q in questions if q.id in stored and stored[q.id].n_agents >= width}
+
+    def _run_chunk(self, spec: M.MethodSpec, benchmark: str, chunk: list[Question], chunk_index: int,
+                   round0: dict[str, DebateTrace]):
+        import numpy as np
+
         from dear.debate.engine import derive_seed
 
-        backend = self.backend()
+        density = self._dear_density(benchmark) if spec.kind == "dear" and spec.selection_mode == "random" else None
         run = M.build(spec, self.base, self.s.sc_samples, self.ckpt,
                       self.encoder() if spec.needs_checkpoint else None,
-                      seed=derive_seed(self.s.seed, chunk_index, 0xD0))  # random-mask draws: fixed per chunk
-        engine = DebateEngine(backend, run.config)
-        debates: list[Debate] = engine.run(chunk, run.protocol)
+                      seed=derive_seed(self.s.seed, chunk_index, 0xD0),  # random-mask draws: fixed per chunk
+                      deterministic=self.s.policy_sampling == "deterministic", density=density)
+        if spec.needs_checkpoint and self.s.policy_sampling == "sampled":
+            import torch
+
+            torch.manual_seed(derive_seed(self.s.seed, chunk_index, 0xA5))  # sampled actions: fixed per chunk
+        engine = DebateEngine(self.backend(), run.config)
+        width = run.config.n_agents
+        debates = engine.start_from_round0(chunk, [round0[q.id].rounds[0][:width] for q in chunk],
+                                           n_rounds=run.protocol.n_rounds, protocol=spec.name)
+        if spec.stop_when_unanimous:
+            _stop_unanimous(debates)
+        while active := [d for d in debates if not d.done]:
+            engine.step(active, run.protocol.controls(active))
+            if spec.stop_when_unanimous:
+                _stop_unanimous(active)
+        n_failed = sum(d.failed for d in debates)
+        if n_failed:
+            log.warning("%s/%s: %d of %d debates failed; the next run retries them", benchmark, spec.name,
+                        n_failed, len(debates))
         traces = [d.trace for d in debates]
         for t in traces:
             t.protocol = spec.name
+        check_round0(benchmark, spec.name, traces, round0, self.results.round0_path(benchmark))
         regulator = getattr(run.protocol, "records", None) if spec.needs_checkpoint else None
+        if density is not None:
+            log.info("%s/%s: random mask with DEAR's per-round read density %s", benchmark, spec.name,
+                     np.round(density, 3).tolist())
         return traces, regulator
+
+    def _dear_density(self, benchmark: str) -> list[float]:
+        """DEAR's realized per-round read density on this benchmark (all its finished debates when the random
+        mask first needs it in this run; kept for the run and recorded in run.json)."""
+        if benchmark in self._density:
+            return self._density[benchmark]
+        from dear.metrics import summarize
+
+        traces = self.results.load(benchmark, "dear", sorted(self.results.finished(benchmark, "dear")))
+        if not traces:
+            raise ValueError(f"dear-random-mask matches DEAR's per-round read density on {benchmark}, but DEAR has "
+                             f"no finished debates there: add dear to --methods or run it first")
+        density = summarize([report.trace_to_record(t) for t in traces], n_boot=1).read_density
+        if len(density) < self.s.rounds or any(x != x for x in density[:self.s.rounds]):  # NaN: round not reached
+            raise ValueError(f"DEAR's traces on {benchmark} do not cover {self.s.rounds} exchange rounds "
+                             f"(read density {density})")
+        self._density[benchmark] = density[:self.s.rounds]
+        path = Path(self.s.out) / "run.json"
+        run_json = json.loads(path.read_text()) if path.exists() else {}
+        run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
+        path.write_text(json.dumps(run_json, indent=1))
+        return self._density[benchmark]
 
     def _timings(self) -> dict[str, float]:
         p = Path(self.s.out) / "timings.json"
@@ -278,12 +428,31 @@ class Evaluator:
         (Path(self.s.out) / "timings.json").write_text(json.dumps(timings, indent=1))
 
     # -- report
+    def label(self, spec: M.MethodSpec) -> str:
+        """The report's label: DEAR methods carry the policy's training world, e.g. "DEAR (sim-trained)"."""
+        if not spec.needs_checkpoint or self.ckpt is None:
+            return spec.label
+        return f"{spec.label} ({self.s.policy_world or self.ckpt.world})"
+
     def report(self, command: str) -> list[report.MethodResult]:
+        """Summary, CSV and plots over the questions every method finished. Raises when a method's round 0
+        differs from the stored one (the sharing every comparison relies on)."""
         results = []
         model_ids: set[str] = set()
+        failures: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        legacy = []
         for b in self.s.benchmarks:
             ids = [q.id for q in self.questions(b)]
             loaded = {spec.name: self.results.load(b, spec.name, ids) for spec in self.specs}
+            failures[(b, ROUND0)] = self.results.failures(b, ROUND0, ids)
+            for spec in self.specs:
+                failures[(b, spec.name)] = self.results.failures(b, spec.name, ids)
+            if self.results.round0_path(b).exists():
+                round0 = self.results.round0(b)
+                for spec in self.specs:
+                    check_round0(b, spec.name, loaded[spec.name], round0, self.results.round0_path(b))
+            else:
+                legacy.append(b)
             # Compare methods on the same questions: those every method with traces has finished.
             present = [ts for ts in loaded.values() if ts]
             common = set.intersection(*({t.question_id for t in ts} for ts in present)) if present else set()
@@ -295,42 +464,77 @@ class Evaluator:
                     log.warning("no finished traces for %s/%s; left out of the report", b, spec.name)
                     continue
                 model_ids.update(m for t in traces for m in t.model_ids)
-                results.append(report.evaluate(b, spec.name, spec.label, traces, seed=self.s.seed,
+                results.append(report.evaluate(b, spec.name, self.label(spec), traces, seed=self.s.seed,
                                                n_boot=self.s.n_boot))
         if not results:
-            raise RuntimeError(f"{self.s.out}: no finished traces to report")
+            n_failed = sum(len(v) for v in failures.values())
+            raise ValueError(f"{self.s.out}: no finished debates to report"
+                             + (f" ({n_failed} failed on backend errors; run the same command again to retry them)"
+                                if n_failed else ""))
+        for (b, m), items in failures.items():
+            if items:
+                log.warning("%s/%s: %d failed debates remain (listed in summary.md; rerun the command to retry)",
+                            b, m, len(items))
         out = Path(self.s.out)
         run_json = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         synthetic = bool(self.synthetic if self.synthetic is not None else run_json.get("synthetic", False))
         synthetic = synthetic or any(m.startswith("sim") for m in model_ids)
-        report.write_csv(results, out / "summary.csv")
+        report.write_csv(results, out / "summary.csv", failures=failures)
         timings = self._timings()
+        generation = {b: sum(v for k, v in timings.items() if k.split("/", 1)[0] == b) for b in self.s.benchmarks}
+        requested = {b: len(self.questions(b)) for b in self.s.benchmarks}
+        reported = {b: max((r.summary.n for r in results if r.benchmark == b), default=0) for b in self.s.benchmarks}
         meta = {
             "title": "DEAR evaluation" + (" (SYNTHETIC)" if synthetic else ""),
             "synthetic": synthetic,
             "command": command,
             "model": ", ".join(sorted(model_ids)) + f" (`--llm {self.s.llm}`)",
             "checkpoint": self._checkpoint_note(),
+            "policy_sampling": self._policy_note(),
             "seed": f"{self.s.seed} (question subset, sampling seeds, tie-breaks, bootstrap)",
-            "n": self.s.n or "all",
+            "n": ", ".join(f"{b}: {reported[b]}" + (f" of {requested[b]} requested" if reported[b] != requested[b]
+                                                    else "") for b in self.s.benchmarks),
             "debate": (f"V={self.s.agents} agents, R={self.s.rounds} exchange rounds, round-0/fixed sampling "
                        f"T={self.s.temperature}, top-p={self.s.top_p}, max_tokens={self.s.max_tokens}, "
-                       f"self-consistency samples={self.s.sc_samples}"),
+                       f"self-consistency samples={self.s.sc_samples}, exchange layout {self.s.layout}, "
+                       f"{self.s.n_boot} bootstrap resamples"),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "wall_time": f"{sum(timings.values()) / 60:.1f} min of generation over all runs of this directory"
                          if timings else "",
-            "notes": [
-                ("Shared work: all methods use the same questions, model, seeds and round-0 sampling; round 0 of "
-                "MAD is the round-0 majority's input, single CoT is agent 0 of that round 0, and DEAR and its "
-                "ablations share the same round 0 (identical requests, answered once via the response cache). "
-                "Every method is still charged the tokens of all its calls."),
-            ],
+            "failures": failures,
+            "labels": {ROUND0: "round 0 (shared)", **{spec.name: self.label(spec) for spec in self.specs}},
+            "generation_s": generation if timings else {},
+            "notes": [self._sharing_note(legacy)] + [
+                f"Random-mask control on {b}: each pair read with probability {', '.join(f'{p:.3f}' for p in d)} "
+                f"in exchange rounds 1..{len(d)} (DEAR's realized read density there, drawn independently; the "
+                f"realized densities are in the read-density table)"
+                for b, d in run_json.get("random_mask_density", {}).items()
+                if b in self.s.benchmarks and "dear-random-mask" in self.s.methods],
         }
-        (out / "summary.md").write_text(report.markdown(results, meta, seed=self.s.seed), encoding="utf-8")
+        md = report.markdown(results, meta, seed=self.s.seed, n_boot=self.s.n_boot)
+        (out / "summary.md").write_text(md, encoding="utf-8")
         plots.write_all(results, out, synthetic=synthetic)
         run_json["synthetic"] = synthetic
         (out / "run.json").write_text(json.dumps(run_json, indent=1))
         return results
+
+    def _sharing_note(self, legacy: list[str]) -> str:
+        if legacy:
+            return (f"Round 0 of {', '.join(legacy)} was not stored (an older eval.run wrote these traces): "
+                    "methods shared it only through the response cache, which is not verified here; answers of "
+                    "completions cut at the token limit were extracted by the older rule (last-number fallback).")
+        return ("Shared work: round 0 was generated once per question (traces/<benchmark>/round0.jsonl) and every "
+                "method starts from it — single CoT = agent 0, round-0 majority = the first V answers, "
+                "self-consistency = the first n, the debates continue the first V; every method's round-0 text "
+                "was checked against the stored one. Every method is still charged the tokens of all its calls, "
+                "round 0 included.")
+
+    def _policy_note(self) -> str:
+        if self.ckpt is None:
+            return ""
+        if self.s.policy_sampling == "deterministic":
+            return "deterministic — the mode of the policy (pairs with p > 0.5, behavior mean)"
+        return "sampled — pairs and behavior drawn from the policy (torch seeded per chunk by --seed)"
 
     def _checkpoint_note(self) -> str:
         if self.ckpt is None:
@@ -340,6 +544,36 @@ class Evaluator:
         if c.synthetic and not (self.synthetic or False):
             note += " — **sim-to-real transfer**: the policy was trained on the synthetic sim backend"
         return note
+
+
+def _stop_unanimous(debates: Sequence[Debate]) -> None:
+    """End every running debate whose last round is unanimous (all agents gave the same parsed answer)."""
+    for d in debates:
+        keys = d.answer_keys
+        if d.done or not keys or keys[0] is None or any(k != keys[0] for k in keys):
+            continue
+        d.finished = True
+        v = d.vote()
+        tr = d.trace
+        tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = v.answer, v.correct, v.tie, dict(v.counts)
+
+
+class Round0Mismatch(RuntimeError):
+    """A method's round 0 is not the stored one: the methods' comparison would not be paired."""
+
+
+def check_round0(benchmark: str, method: str, traces: Sequence[DebateTrace], round0: dict[str, DebateTrace],
+                 path: Path) -> None:
+    """Raise when a trace's round-0 text differs from the stored round 0 of its question (or it has none)."""
+    for t in traces:
+        stored = round0.get(t.question_id)
+        if stored is None:
+            raise Round0Mismatch(f"{benchmark}/{method}: question {t.question_id} has no stored round 0 in {path}")
+        for turn in t.rounds[0] if t.rounds else []:
+            ref = stored.rounds[0][turn.agent] if turn.agent < stored.n_agents else None
+            if ref is None or ref.text != turn.text:
+                raise Round0Mismatch(f"{benchmark}/{method}: question {t.question_id}, agent {turn.agent}: round-0 "
+                                   f"text differs from the stored round 0 in {path}; methods must share round 0")
 
 
 def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
@@ -365,12 +599,15 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         opts["n_parallel"] = a.parallel
     if a.n_ctx:
         opts["n_ctx"] = a.n_ctx
+    layout = a.layout or DebateConfig.layout
     return EvalSettings(
         benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, agents=agents,
         rounds=rounds, max_tokens=a.max_tokens, temperature=a.temperature, top_p=a.top_p,
         sc_samples=a.sc_samples or agents * (rounds + 1), checkpoint=str(Path(a.checkpoint).resolve()) if ckpt else None,
         encoder=a.encoder or (ckpt.encoder if ckpt else None), out=out, batch=a.batch,
         cache="" if a.no_cache else a.cache, n_boot=a.n_boot, progress=not a.no_progress, backend_options=opts,
+        checkpoint_sha256=ckpt.sha256 if ckpt else None, layout=layout, policy_sampling=a.policy_sampling,
+        policy_world=a.policy_world,
     )
 
 
@@ -391,7 +628,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
     settings = settings_from_args(a, ckpt, specs)
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
-    stored = _check_settings(out, settings)
+    stored = _check_settings(out, settings, report_only=a.report_only)
     (out / "run.json").write_text(json.dumps(stored, indent=1))
     command = "python -m eval.run " + shlex.join(argv)
     if not a.report_only:  # the report names the command that produced the traces, not a re-render
@@ -418,3 +655,6 @@ if __name__ == "__main__":
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Round0Mismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -88,26 +88,17 @@ def _sim_engine(layout: str) -> DebateEngine:
     return DebateEngine(SimBackend(seed=3), DebateConfig(n_agents=3, n_rounds=2, layout=layout))
 
 
-def test_restore_from_stored_round0_continues_like_an_uninterrupted_run():
+def test_a_stored_round0_continues_like_an_uninterrupted_run_in_the_multiturn_layout():
     qs = tasks.load("synthetic", n=4, seed=1)
-    eng = _sim_engine("multiturn")
-    full = eng.run(qs, MADProtocol(3, 2))
+    full = _sim_engine("multiturn").run(qs, MADProtocol(3, 2))
     round0 = _sim_engine("multiturn").start(qs)
-    eng2 = _sim_engine("multiturn")
-    resumed = [eng2.restore(q, d.trace, protocol="mad") for q, d in zip(qs, round0)]
+    eng = _sim_engine("multiturn")
+    resumed = eng.start_from_round0(qs, [d.trace.rounds[0] for d in round0], protocol="mad")
     while active := [d for d in resumed if not d.done]:
-        eng2.step(active, MADProtocol(3, 2).controls(active))
+        eng.step(active, MADProtocol(3, 2).controls(active))
     for a, b in zip(full, resumed):
         assert a.trace.answer_keys() == b.trace.answer_keys()
         assert a.trace.final_answer == b.trace.final_answer
-    assert round0[0].trace.rounds and len(round0[0].trace.rounds) == 1  # the stored trace was copied
-
-
-def test_restore_rejects_a_trace_of_another_question():
-    qs = tasks.load("synthetic", n=2, seed=1)
-    (d,) = _sim_engine("single").start(qs[:1])
-    with pytest.raises(ValueError, match="not of question"):
-        _sim_engine("single").restore(qs[1], d.trace)
 
 
 def test_run_concurrent_matches_run_and_overlaps_debates():

@@ -67,7 +67,7 @@ def test_csv_markdown_and_plots(tmp_path, results):
     md = report.markdown(results, {"command": "python -m eval.run --x", "seed": 0, "synthetic": False})
     assert "`python -m eval.run --x`" in md and "SYNTHETIC" not in md
     assert "| Single CoT |" in md and "Paired difference to MAD" in md
-    md_sim = report.markdown(results, {"synthetic": True}, baseline="cot")
+    md_sim = report.markdown(results, {"synthetic": True}, baselines=("cot",))
     assert "SYNTHETIC" in md_sim and "Paired difference to Single CoT" in md_sim
     for path in plots.write_all(results, tmp_path, synthetic=True):
         assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"

@@ -66,23 +66,31 @@ def test_sim_end_to_end_all_methods(tmp_path, ckpt):
     by = {r["method"]: r for r in rows}
     assert by["cot"]["hcr_den"] == "0" and by["mad"]["acc_round2"] != ""
     md = (out / "summary.md").read_text()
-    assert "SYNTHETIC" in md and "python -m eval.run" in md and "HCR" in md and "Shared work" in md
+    assert "SYNTHETIC" in md and "python -m eval.run" in md and "HCR narrow" in md and "Shared work" in md
+    assert "**Questions reported:** synthetic: 5" in md and "Policy actions:** deterministic" in md
+    assert "Paired difference to MAD" in md and "Paired difference to Round-0 majority" in md
+    assert "Generation time per benchmark" in md and "truncated % (no answer)" in md
     for png in ("accuracy_vs_tokens.png", "round_accuracy.png", "transitions.png", "conformity.png"):
         p = out / png
         assert p.exists() and p.stat().st_size > 10_000, png
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # Shared work is real: single CoT is agent 0's round-0 answer of MAD; the majority uses MAD's round 0;
-    # DEAR shares MAD's round 0 exactly.
+    # Shared work is real: every method's round 0 is the stored one (single CoT = agent 0, majority = the
+    # first V, self-consistency = the first 5, debates the first V).
     from dear.debate.trace import read_jsonl
 
+    round0 = {t.question_id: t for t in read_jsonl(out / "traces" / "synthetic" / "round0.jsonl")}
+    assert len(round0) == 5 and all(t.n_agents == 5 for t in round0.values())  # max(V=3, sc_samples=5)
+    for m in METHODS:
+        for t in read_jsonl(out / "traces" / "synthetic" / f"{m}.jsonl"):
+            width = {"cot": 1, "sc": 5}.get(m, 3)
+            assert [a.text for a in t.rounds[0]] == [a.text for a in round0[t.question_id].rounds[0][:width]], m
     tr = {m: {t.question_id: t for t in read_jsonl(out / "traces" / "synthetic" / f"{m}.jsonl")}
-          for m in ("cot", "majority", "mad", "dear")}
+          for m in ("cot", "majority", "mad")}
     for q, mad in tr["mad"].items():
-        assert tr["cot"][q].rounds[0][0].text == mad.rounds[0][0].text
-        assert [t.text for t in tr["majority"][q].rounds[0]] == [t.text for t in mad.rounds[0]]
-        assert [t.text for t in tr["dear"][q].rounds[0]] == [t.text for t in mad.rounds[0]]
-        assert tr["mad"][q].prompt_tokens > tr["majority"][q].prompt_tokens > tr["cot"][q].prompt_tokens
+        assert mad.prompt_tokens > tr["majority"][q].prompt_tokens > tr["cot"][q].prompt_tokens
+    assert "DEAR (sim-trained)" in md and by["dear"]["label"] == "DEAR (sim-trained)"
+    assert by["dear-random-mask"]["label"] == "DEAR random-mask (sim-trained)"
 
 
 def test_resume_skips_finished_questions(tmp_path, ckpt):
@@ -106,9 +114,17 @@ def test_resume_skips_finished_questions(tmp_path, ckpt):
     assert after[:5] == before.splitlines()
     rows = list(csv.DictReader((out / "summary.csv").open()))
     assert [r["n"] for r in rows] == ["5", "5"]
-    # the redone batch came from the response cache: identical answers
+    # the redone batch started from the stored round 0 (not generated again) and its exchange rounds came
+    # from the response cache: identical answers
     redone = [json.loads(x) for x in after[5:]]
-    assert all(t["rounds"][0][0]["cached"] for t in redone)
+    round0 = {json.loads(x)["question_id"]: json.loads(x)
+              for x in (out / "traces" / "synthetic" / "round0.jsonl").read_text().splitlines()}
+    assert len(round0) == 5
+    assert all([a["text"] for a in t["rounds"][0]] == [a["text"] for a in round0[t["question_id"]]["rounds"][0]]
+               for t in redone)
+    assert all(t["rounds"][1][0]["cached"] for t in redone)
+    texts = [[[a["text"] for a in r] for r in json.loads(x)["rounds"]] for x in after[5:]]
+    assert texts == [[[a["text"] for a in r] for r in json.loads(x)["rounds"]] for x in before.splitlines()[3:]]
     # a third run with nothing left to do does not build a backend at all
     eval_run.main(_args(out, ckpt, "--llm", "sim", methods="majority,mad"))
     assert len(trace_file.read_text().splitlines()) == 7
@@ -188,6 +204,7 @@ def test_exported_policy_checkpoint(tmp_path):
     results = eval_run.main(_args(tmp_path / "res", art, methods="mad,dear", n=3))
     assert [r.summary.n for r in results] == [3, 3]
     assert "trained with sim on synthetic" in (tmp_path / "res" / "summary.md").read_text()
+    assert results[1].label == "DEAR (sim-trained)"
     # a manifest whose V disagrees with its policy config
     m = json.loads((art / MANIFEST_FILE).read_text())
     m["n_agents"] = 4

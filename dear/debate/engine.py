@@ -13,7 +13,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -248,22 +248,7 @@ class DebateEngine:
         """Create the debates and run round 0 for all of them (one generate call per backend)."""
         t0 = time.perf_counter()
         cfg = self.config
-        if debate_seeds is None:
-            debate_seeds = [default_debate_seed(q) for q in questions]
-        if len(debate_seeds) != len(questions):
-            raise ValueError(f"debate_seeds has {len(debate_seeds)} entries for {len(questions)} questions")
-        n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
-        debates = []
-        for q, s in zip(questions, debate_seeds):
-            debate_id = f"{q.task}/{q.id}/s{s}"
-            trace = DebateTrace(
-                debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
-                kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
-            )
-            debates.append(
-                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
-                       vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
-            )
+        debates = self._new_debates(questions, debate_seeds, n_rounds, protocol)
         pending = []
         for d in debates:
             messages = prompts.round0_messages(d.question, cfg.system_prompt)
@@ -273,27 +258,25 @@ class DebateEngine:
         self.stats.add(total_s=time.perf_counter() - t0)
         return debates
 
-    def restore(self, question: Question, trace: DebateTrace, n_rounds: int | None = None,
-                protocol: str = "") -> Debate:
-        """A debate that continues a stored trace (e.g. one shared round 0): the next `step` runs round
-        len(trace.rounds). The trace is copied, so one stored round 0 can seed several protocols."""
-        if trace.question_id != question.id or trace.task != question.task:
-            raise ValueError(f"restore: trace {trace.debate_id} is not of question {question.task}/{question.id}")
-        if trace.n_agents != self.config.n_agents or not trace.rounds:
-            raise ValueError(f"restore: trace {trace.debate_id} has {trace.n_agents} agents and "
-                             f"{len(trace.rounds)} rounds; the engine needs {self.config.n_agents} agents, >= 1 round")
-        if trace.failed:
-            raise ValueError(f"restore: trace {trace.debate_id} failed ({trace.error}); nothing to continue")
-        copy = DebateTrace.from_dict(trace.to_dict())
-        copy.protocol = protocol or copy.protocol
-        copy.final_answer, copy.final_correct, copy.tie, copy.vote_counts = None, False, False, {}
-        n_rounds = self.config.n_rounds if n_rounds is None else n_rounds
-        d = Debate(question=question, debate_id=copy.debate_id, seed=copy.seed, n_rounds=n_rounds, trace=copy,
-                   vote_seed=derive_seed(self.config.seed, copy.seed, 0x5EED), round=len(copy.rounds) - 1)
-        if d.round >= n_rounds:
-            d.finished = True
-            self._finalize(d)
-        return d
+    def start_from_round0(
+        self,
+        questions: Sequence[Question],
+        round0_turns: Sequence[Sequence[AgentTurn]],
+        debate_seeds: Sequence[int] | None = None,
+        n_rounds: int | None = None,
+        protocol: str = "",
+    ) -> list[Debate]:
+        """Create the debates with a stored round 0 (one list of n_agents turns per question, agent order)
+        instead of generating it, so several methods continue the very same round 0 (no backend call)."""
+        if len(round0_turns) != len(questions):
+            raise ValueError(f"round0_turns has {len(round0_turns)} entries for {len(questions)} questions")
+        debates = self._new_debates(questions, debate_seeds, n_rounds, protocol)
+        for d, turns in zip(debates, round0_turns):
+            if [t.agent for t in turns] != list(range(self.config.n_agents)) or any(t.round != 0 for t in turns):
+                raise ValueError(f"round0_turns of {d.debate_id}: need round-0 turns of agents "
+                                 f"0..{self.config.n_agents - 1} in order, got agents {[t.agent for t in turns]}")
+            self._record_round(d, [replace(t) for t in turns])
+        return debates
 
     def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
         """Run the next exchange round for every unfinished debate (one generate call per backend)."""
@@ -368,6 +351,27 @@ class DebateEngine:
             return list(pool.map(one, range(len(questions))))
 
     # ------------------------------------------------------------ internals
+    def _new_debates(self, questions: Sequence[Question], debate_seeds: Sequence[int] | None,
+                     n_rounds: int | None, protocol: str) -> list[Debate]:
+        cfg = self.config
+        if debate_seeds is None:
+            debate_seeds = [default_debate_seed(q) for q in questions]
+        if len(debate_seeds) != len(questions):
+            raise ValueError(f"debate_seeds has {len(debate_seeds)} entries for {len(questions)} questions")
+        n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
+        debates = []
+        for q, s in zip(questions, debate_seeds):
+            debate_id = f"{q.task}/{q.id}/s{s}"
+            trace = DebateTrace(
+                debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
+                kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
+            )
+            debates.append(
+                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
+                       vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
+            )
+        return debates
+
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
                  top_p: float, peers: list[int], truncated: int, max_tokens: int,
                  own_answer: str | None = None, peer_answers: list[str | None] | None = None) -> _Pending:
@@ -517,19 +521,21 @@ class DebateEngine:
             by_debate.setdefault(id(p.debate), []).append(turn)
             debates[id(p.debate)] = p.debate
         for key, turns in by_debate.items():
-            d = debates[key]
             turns.sort(key=lambda t: t.agent)
-            d.trace.add_round(turns)
-            d.round += 1
-            errors = [f"agent {t.agent}: {t.error}" for t in turns if t.error is not None]
-            if errors:
-                d.failed = True
-                d.error = f"round {d.round}: " + "; ".join(errors)
-                log.warning("debate %s failed: %s", d.debate_id, d.error)
-            elif d.round >= d.n_rounds:
-                d.finished = True
-            if d.done:
-                self._finalize(d)
+            self._record_round(debates[key], turns)
+
+    def _record_round(self, d: Debate, turns: list[AgentTurn]) -> None:
+        d.trace.add_round(turns)
+        d.round += 1
+        errors = [f"agent {t.agent}: {t.error}" for t in turns if t.error is not None]
+        if errors:
+            d.failed = True
+            d.error = f"round {d.round}: " + "; ".join(errors)
+            log.warning("debate %s failed: %s", d.debate_id, d.error)
+        elif d.round >= d.n_rounds:
+            d.finished = True
+        if d.done:
+            self._finalize(d)
 
     def _make_turn(self, p: _Pending, c: Completion) -> AgentTurn:
         q = p.debate.question
@@ -539,7 +545,8 @@ class DebateEngine:
                        fresh_completion_tokens=0 if c.cached else c.completion_tokens)
         text = c.text or ""
         parsed = prompts.parse_sections(text)
-        answer = prompts.extract(text, q) if c.error is None else None
+        # A completion cut at the token limit answers only where it marked an answer (prompts.extract).
+        answer = prompts.extract(text, q, truncated=c.finish_reason == "length") if c.error is None else None
         key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
         if answer is not None and q.gold:  # gold "" = unknown (inference): nothing to grade
             g = tasks.grade(answer, q)

@@ -115,8 +115,14 @@ def parse_sections(text: str) -> ParsedAnswer:
     return ParsedAnswer(reasoning=reasoning or NO_ANSWER, conclusion=conclusion.strip() or NO_ANSWER, final=final)
 
 
-def extract(text: str, question: Question) -> str | None:
-    """The task extractor, applied to the "Final answer:" section first and then to the whole text."""
+def extract(text: str, question: Question, truncated: bool = False) -> str | None:
+    """The task extractor, applied to the "Final answer:" section first and then to the whole text.
+
+    ``truncated`` (the completion was cut at the token limit): only a marked answer counts — a complete
+    `\\boxed{}` or an answer phrase ("Final answer:", "The answer is", "####"); otherwise there is no answer,
+    rather than the last number or formula line of unfinished reasoning."""
+    if truncated:
+        return tasks.extract_answer(text or "", question.kind, question.choices, marked_only=True)
     parsed = parse_sections(text)
     if parsed.final:
         ans = tasks.extract_answer(parsed.final, question.kind, question.choices)

@@ -251,7 +251,7 @@ def _from_candidate(cand: str, kind: str, choices) -> str | None:
     return out or None
 
 
-def _extract(text: str, kind: str, choices) -> str | None:
+def _extract(text: str, kind: str, choices, marked_only: bool = False) -> str | None:
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
     if not isinstance(text, str) or not text.strip():
@@ -266,6 +266,8 @@ def _extract(text: str, kind: str, choices) -> str | None:
         ans = _from_candidate(cand, kind, choices)
         if ans is not None:
             return ans
+    if marked_only:
+        return None
     # Fallbacks when the model gave no marked answer.
     if kind in ("numeric", "integer"):
         return _find_number(text[-2000:], last=True)  # the usual GSM8K "last number" rule
@@ -279,8 +281,12 @@ def _extract(text: str, kind: str, choices) -> str | None:
     return line if _looks_like_formula(line) else None
 
 
-def extract_answer(text: str, kind: AnswerKind, choices: tuple[str, ...] | None = None) -> str | None:
+def extract_answer(text: str, kind: AnswerKind, choices: tuple[str, ...] | None = None,
+                   marked_only: bool = False) -> str | None:
     """The final answer in a model's output, or None. Never raises on any text (an unknown kind does raise).
+
+    ``marked_only``: only a `\\boxed{}` or an answer phrase counts, no last-number / last-line fallback (used
+    for completions cut at the token limit, whose last number is a fragment of unfinished reasoning).
 
     numeric/integer: a number token (`1000`, `-2.5`, `3/4`); choice: an upper-case letter (with `choices`,
     an answer given as the option's text maps to its letter); math: the LaTeX answer string.
@@ -288,7 +294,7 @@ def extract_answer(text: str, kind: AnswerKind, choices: tuple[str, ...] | None 
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
     try:
-        return _extract(text, kind, choices)
+        return _extract(text, kind, choices, marked_only)
     except RecursionError:  # pragma: no cover - nothing here recurses; belt and braces for the contract
         return None
 
