@@ -212,15 +212,14 @@ class DebateEngine:
         return [self.backends[k].model_id for k in self.agent_keys]
 
     # ------------------------------------------------------------ public API
-    def start(
+    def create(
         self,
         questions: Sequence[Question],
         debate_seeds: Sequence[int] | None = None,
         n_rounds: int | None = None,
         protocol: str = "",
     ) -> list[Debate]:
-        """Create the debates and run round 0 for all of them (one generate call per backend)."""
-        t0 = time.perf_counter()
+        """The debates `start` would run, before round 0 (for `advance`, which batches them with others)."""
         cfg = self.config
         if debate_seeds is None:
             debate_seeds = [default_debate_seed(q) for q in questions]
@@ -238,22 +237,39 @@ class DebateEngine:
                 Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
                        vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
             )
-        pending = []
-        for d in debates:
-            messages = prompts.round0_messages(d.question, cfg.system_prompt)
-            for i in range(cfg.n_agents):
-                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
-        self._execute(pending)
-        self.stats.total_s += time.perf_counter() - t0
+        return debates
+
+    def start(
+        self,
+        questions: Sequence[Question],
+        debate_seeds: Sequence[int] | None = None,
+        n_rounds: int | None = None,
+        protocol: str = "",
+    ) -> list[Debate]:
+        """Create the debates and run round 0 for all of them (one generate call per backend)."""
+        debates = self.create(questions, debate_seeds, n_rounds, protocol)
+        self.advance(debates, [], [])
         return debates
 
     def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
         """Run the next exchange round for every unfinished debate (one generate call per backend)."""
+        self.advance([], debates, controls)
+
+    def advance(self, new: Sequence[Debate], active: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
+        """Round 0 of `new` debates (from `create`) and the next exchange round of `active` ones, all in one
+        generate call per backend: a server admits requests between rounds and they share the batch."""
         t0 = time.perf_counter()
-        if len(controls) != len(debates):
-            raise ValueError(f"step: {len(controls)} controls for {len(debates)} debates")
+        cfg = self.config
+        if len(controls) != len(active):
+            raise ValueError(f"step: {len(controls)} controls for {len(active)} debates")
         pending = []
-        for d, ctl in zip(debates, controls):
+        for d in new:
+            if d.round >= 0:
+                raise ValueError(f"advance: debate {d.debate_id} has already run round 0")
+            messages = prompts.round0_messages(d.question, cfg.system_prompt)
+            for i in range(cfg.n_agents):
+                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
+        for d, ctl in zip(active, controls):
             if d.done:
                 continue
             if d.round < 0:
