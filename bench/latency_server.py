@@ -7,7 +7,8 @@ continuous batching) `ms_per_token x completion tokens` and answers with a debat
 ("Reasoning: ... Conclusion: ... Final answer: \\boxed{X}"), X picked from `--answers` by a hash of the prompt
 and seed, so agents disagree sometimes and debates have something to regulate. `usage` reports the prompt
 as characters / 4 and the completion length. `GET /v1/models` lists the model; `GET /stats` tells how many
-requests came and the most that were in flight at once. Used by bench/bench_scaling.py and tests/test_serve.py.
+requests came and the most that were in flight at once (`POST /stats/reset` zeroes the counts). Used by
+bench/bench_scaling.py and tests/test_serve.py.
 """
 
 from __future__ import annotations
@@ -62,8 +63,13 @@ def build_app(ms_per_token: float, tokens: int, answers: list[str], model: str =
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse(dict(state))
 
+    async def reset(request: Request) -> JSONResponse:
+        state.update(requests=0, max_in_flight=state["in_flight"], completion_tokens=0)
+        return JSONResponse(dict(state))
+
     return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
-                             Route("/v1/models", models), Route("/stats", stats)])
+                             Route("/v1/models", models), Route("/stats", stats),
+                             Route("/stats/reset", reset, methods=["POST"])])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,8 +4,8 @@ into used / ignored / rejected, and the response and stream-chunk bodies built f
 Which request fields do what (also in `docs/SERVING.md`):
 
 - used: `model` (the served name, optionally `NAME:KIND` to pick the answer kind), `messages` (the last
-  `user` message is the question), `stream`, `stream_options.include_usage`, `seed` (the debate's seed: the
-  same question and seed give the same debate), `n` (only 1), and the extensions `dear_kind`,
+  `user` message is the question), `stream`, `stream_options.include_usage`, `seed` (the debate's seed, from
+  which every agent's sampling seed derives), `n` (only 1), and the extensions `dear_kind`,
   `dear_choices` (option texts for kind `choice`), `dear_texts` (include every agent's full text);
 - ignored, and listed back in `dear.ignored_parameters`: every other field, among them `temperature`,
   `top_p`, `max_tokens` and `stop` (the policy chooses each agent's sampling from round 1 on; round 0 and the
