@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     workers = [int(w) for w in a.workers.split(",")]
-    command = "taskset -c 1 python bench/bench_scaling.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    command = " ".join(["taskset -c 1 python bench/bench_scaling.py", *(shlex.quote(x) for x in (argv or sys.argv[1:]))])
     load_before = os.getloadavg()[0]
     port = _free_port()
     server = start_latency_server(port, a.ms_per_token, a.tokens)
