@@ -9,8 +9,8 @@ the Dockerfile installs the CPU build of the pinned torch first.
 
 from __future__ import annotations
 
+import argparse
 import re
-import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -56,8 +56,10 @@ def closure(extras: list[str]) -> dict[str, str]:
     return pins
 
 
-def main() -> None:
-    extras = sys.argv[1].split(",") if len(sys.argv) > 1 else []
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python docker/freeze_constraints.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("extras", nargs="?", default="", help="comma-separated extras of dear, e.g. local,ray,serve")
+    extras = [e for e in p.parse_args(argv).extras.split(",") if e]
     print(f"# pip constraints: dear[{','.join(extras)}] as installed and tested (python docker/freeze_constraints.py"
           f" {','.join(extras)}); torch is pinned in the Dockerfile")
     for name, version in sorted(closure(extras).items()):
