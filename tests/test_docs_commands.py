@@ -25,8 +25,10 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT
 DOCKERFILES = sorted((ROOT / "docker").glob("Dockerfile*"))
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
 
-# `python -m X args` or `python path.py args`, up to the end of the command (backtick, pipe, &&, ;, #, quote).
-_COMMAND = re.compile(r"python3? (?P<target>-m [A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[\w./-]+\.py)(?P<args>[^`|&;#\"'\n]*)")
+# `python -m X args` or `python path.py args`, up to the end of the command: a backtick, pipe, `&&`, `;`, or
+# a `#` comment (a `#` inside a word, as in `openai:URL#model`, is part of the command).
+_COMMAND = re.compile(r"python3? (?P<target>-m [A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[\w./-]+\.py)"
+                      r"(?P<args>(?:[^`|&;#\n]|(?<!\s)#)*)")
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z][\w-]*)")
 
 
