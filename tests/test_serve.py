@@ -314,6 +314,17 @@ def test_stream_rounds_arrive_as_they_finish(policy, tmp_path):
                 arrivals.append(("round", dear["round"]["round"], time.perf_counter() - t0))
             elif ch.choices and ch.choices[0].delta.content:
                 arrivals.append(("answer", ch.choices[0].delta.content, time.perf_counter() - t0))
+        # A streaming client that goes away after round 0 has its debate dropped at the next round.
+        body = {"model": "dear:integer", "stream": True, "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
+        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
+            for line in r.iter_lines():
+                if '"round": {"round": 0' in line:
+                    break
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{base}/health").json()["scheduler"]["debates_cancelled"] < 1:
+            assert time.monotonic() < deadline, httpx.get(f"{base}/health").json()
+            time.sleep(0.1)
+        assert httpx.get(f"{base}/health").json()["scheduler"]["debates_finished"] == 1  # only the first one
     assert [a[:2] for a in arrivals][:3] == [("round", 0), ("round", 1), ("round", 2)]
     assert arrivals[3][0] == "answer" and arrivals[3][1] in ("41", "42")
     t_round0, t_round1, t_answer = arrivals[0][2], arrivals[1][2], arrivals[3][2]
