@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dear import tasks
-from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.trace import DebateTrace, write_jsonl
 from dear.evidence import make_encoder
 from dear.export import ExportedPolicy, load_exported
@@ -86,22 +86,18 @@ class RegulatedDebater:
         self.backend = CachedBackend(backend, cache) if cache else backend
         self.engine = DebateEngine(self.backend, self.config)
 
+    def protocol(self) -> RegulatedProtocol:
+        """A fresh regulated protocol with this debater's policy, encoder and config (records per debate id)."""
+        return RegulatedProtocol(policy=self.exported.policy, encoder=self.encoder, config=self.config,
+                                 deterministic=True, name="dear")
+
     def run(self, questions: Sequence[Question], on_round=None) -> list[InferenceResult]:
         """Debate all questions together (each round is one batched backend call)."""
         if not questions:
             raise ValueError("RegulatedDebater.run: no questions given")
-        protocol = RegulatedProtocol(policy=self.exported.policy, encoder=self.encoder, config=self.config,
-                                     deterministic=True, name="dear")
+        protocol = self.protocol()
         debates = self.engine.run(questions, protocol, on_round=on_round)
-        out = []
-        for q, d in zip(questions, debates):
-            tr = d.trace
-            out.append(InferenceResult(
-                question_id=q.id, question=q.question, answer=tr.final_answer, tie=tr.tie,
-                answers_per_round=tr.answer_keys(), controls=protocol.records.get(d.debate_id, []),
-                prompt_tokens=tr.prompt_tokens, completion_tokens=tr.completion_tokens, failed=tr.failed,
-                error=tr.error, correct=None if q.gold == UNKNOWN_GOLD else bool(tr.final_correct), trace=tr))
-        return out
+        return [inference_result(d, protocol.records.get(d.debate_id, [])) for d in debates]
 
     def ask(self, question: str, kind: AnswerKind = "numeric", choices: Sequence[str] | None = None,
             gold: str = UNKNOWN_GOLD) -> InferenceResult:
@@ -117,6 +113,16 @@ class RegulatedDebater:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def inference_result(debate: Debate, controls: list[RegulatorRecord]) -> InferenceResult:
+    """A finished debate and the regulator's decisions in it as an InferenceResult."""
+    q, tr = debate.question, debate.trace
+    return InferenceResult(
+        question_id=q.id, question=q.question, answer=tr.final_answer, tie=tr.tie,
+        answers_per_round=tr.answer_keys(), controls=controls, prompt_tokens=tr.prompt_tokens,
+        completion_tokens=tr.completion_tokens, failed=tr.failed, error=tr.error,
+        correct=None if q.gold == UNKNOWN_GOLD else bool(tr.final_correct), trace=tr)
 
 
 def make_question(text: str, kind: AnswerKind = "numeric", choices: Sequence[str] | None = None,

@@ -114,6 +114,32 @@ def test_mask_changes_what_each_prompt_contains():
     assert debates[0].done and tr.final_answer in {"10", "11", "12"} and tr.tie
 
 
+def test_advance_batches_new_and_running_debates_in_one_call():
+    """What the server does between requests: round 0 of a newly admitted debate and round 1 of a running one
+    go out in one generate call, and each gets exactly what start()/step() alone would have sent."""
+    cfg = DebateConfig(n_agents=3, n_rounds=2, seed=5)
+    ctl = RoundControl(np.array([[0, 1, 0], [0, 0, 1], [1, 0, 0]], dtype=bool), np.full(3, 0.3), np.full(3, 0.8))
+    be = FakeBackend()
+    eng = DebateEngine(be, cfg)
+    running = eng.start([gsm(0)])
+    new = eng.create([gsm(1)])
+    assert new[0].round == -1 and not new[0].trace.rounds
+    eng.advance(new, running, [ctl])
+    assert len(be.calls) == 2 and len(be.calls[1]) == 6
+    assert [r.metadata["round"] for r in be.calls[1]] == [0, 0, 0, 1, 1, 1]
+    assert new[0].round == 0 and running[0].round == 1
+    alone = FakeBackend()
+    eng_alone = DebateEngine(alone, cfg)
+    eng_alone.step(eng_alone.start([gsm(0)]), [ctl])
+    eng_alone.start([gsm(1)])
+    assert sorted((r.seed, r.messages) for r in be.calls[1]) == sorted(
+        (r.seed, r.messages) for r in alone.calls[1] + alone.calls[2])
+    with pytest.raises(ValueError, match="already run round 0"):
+        eng.advance(new, [], [])
+    with pytest.raises(ValueError, match="has not run round 0"):
+        eng.advance([], eng.create([gsm(2)]), [ctl])
+
+
 def test_per_request_sampling_and_seeds_reach_backend():
     be = FakeBackend()
     cfg = DebateConfig(n_agents=3, n_rounds=1, temperature0=0.3, top_p0=0.8, max_tokens=77, seed=5)

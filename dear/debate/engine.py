@@ -238,6 +238,33 @@ class DebateEngine:
         return [self.backends[k].model_id for k in self.agent_keys]
 
     # ------------------------------------------------------------ public API
+    def create(
+        self,
+        questions: Sequence[Question],
+        debate_seeds: Sequence[int] | None = None,
+        n_rounds: int | None = None,
+        protocol: str = "",
+    ) -> list[Debate]:
+        """The debates `start` would run, before round 0 (for `advance`, which batches them with others)."""
+        cfg = self.config
+        if debate_seeds is None:
+            debate_seeds = [default_debate_seed(q) for q in questions]
+        if len(debate_seeds) != len(questions):
+            raise ValueError(f"debate_seeds has {len(debate_seeds)} entries for {len(questions)} questions")
+        n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
+        debates = []
+        for q, s in zip(questions, debate_seeds):
+            debate_id = f"{q.task}/{q.id}/s{s}"
+            trace = DebateTrace(
+                debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
+                kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
+            )
+            debates.append(
+                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
+                       vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
+            )
+        return debates
+
     def start(
         self,
         questions: Sequence[Question],
@@ -246,16 +273,8 @@ class DebateEngine:
         protocol: str = "",
     ) -> list[Debate]:
         """Create the debates and run round 0 for all of them (one generate call per backend)."""
-        t0 = time.perf_counter()
-        cfg = self.config
-        debates = self._new_debates(questions, debate_seeds, n_rounds, protocol)
-        pending = []
-        for d in debates:
-            messages = prompts.round0_messages(d.question, cfg.system_prompt)
-            for i in range(cfg.n_agents):
-                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
-        self._execute(pending)
-        self.stats.add(total_s=time.perf_counter() - t0)
+        debates = self.create(questions, debate_seeds, n_rounds, protocol)
+        self.advance(debates, [], [])
         return debates
 
     def start_from_round0(
@@ -270,7 +289,7 @@ class DebateEngine:
         instead of generating it, so several methods continue the very same round 0 (no backend call)."""
         if len(round0_turns) != len(questions):
             raise ValueError(f"round0_turns has {len(round0_turns)} entries for {len(questions)} questions")
-        debates = self._new_debates(questions, debate_seeds, n_rounds, protocol)
+        debates = self.create(questions, debate_seeds, n_rounds, protocol)
         for d, turns in zip(debates, round0_turns):
             if [t.agent for t in turns] != list(range(self.config.n_agents)) or any(t.round != 0 for t in turns):
                 raise ValueError(f"round0_turns of {d.debate_id}: need round-0 turns of agents "
@@ -280,17 +299,29 @@ class DebateEngine:
 
     def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
         """Run the next exchange round for every unfinished debate (one generate call per backend)."""
+        self.advance([], debates, controls)
+
+    def advance(self, new: Sequence[Debate], active: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
+        """Round 0 of `new` debates (from `create`) and the next exchange round of `active` ones, all in one
+        generate call per backend: a server admits requests between rounds and they share the batch."""
         t0 = time.perf_counter()
-        if len(controls) != len(debates):
-            raise ValueError(f"step: {len(controls)} controls for {len(debates)} debates")
+        cfg = self.config
+        if len(controls) != len(active):
+            raise ValueError(f"step: {len(controls)} controls for {len(active)} debates")
         pending = []
-        for d, ctl in zip(debates, controls):
+        for d in new:
+            if d.round >= 0:
+                raise ValueError(f"advance: debate {d.debate_id} has already run round 0")
+            messages = prompts.round0_messages(d.question, cfg.system_prompt)
+            for i in range(cfg.n_agents):
+                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
+        for d, ctl in zip(active, controls):
             if d.done:
                 continue
             if d.round < 0:
                 raise ValueError(f"step: debate {d.debate_id} has not run round 0; call start() first")
-            if ctl.n_agents != self.config.n_agents:
-                raise ValueError(f"RoundControl.mask is {ctl.mask.shape}, engine has n_agents={self.config.n_agents}")
+            if ctl.n_agents != cfg.n_agents:
+                raise ValueError(f"RoundControl.mask is {ctl.mask.shape}, engine has n_agents={cfg.n_agents}")
             pending.extend(self._exchange_requests(d, ctl))
         if pending:
             self._execute(pending)
@@ -351,27 +382,6 @@ class DebateEngine:
             return list(pool.map(one, range(len(questions))))
 
     # ------------------------------------------------------------ internals
-    def _new_debates(self, questions: Sequence[Question], debate_seeds: Sequence[int] | None,
-                     n_rounds: int | None, protocol: str) -> list[Debate]:
-        cfg = self.config
-        if debate_seeds is None:
-            debate_seeds = [default_debate_seed(q) for q in questions]
-        if len(debate_seeds) != len(questions):
-            raise ValueError(f"debate_seeds has {len(debate_seeds)} entries for {len(questions)} questions")
-        n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
-        debates = []
-        for q, s in zip(questions, debate_seeds):
-            debate_id = f"{q.task}/{q.id}/s{s}"
-            trace = DebateTrace(
-                debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
-                kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
-            )
-            debates.append(
-                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
-                       vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
-            )
-        return debates
-
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
                  top_p: float, peers: list[int], truncated: int, max_tokens: int,
                  own_answer: str | None = None, peer_answers: list[str | None] | None = None) -> _Pending:

@@ -1,0 +1,15 @@
+"""Serve DEAR-regulated debates as an OpenAI-compatible chat model (Starlette + uvicorn).
+
+    python -m dear.serve --policy my-policy --llm local --port 8000
+
+    from openai import OpenAI
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+    r = client.chat.completions.create(model="dear:integer", messages=[{"role": "user", "content": "17 * 23?"}])
+    print(r.choices[0].message.content, r.model_extra["dear"]["rounds"])
+
+Each request runs one DEAR-regulated debate on its last user message. The voted answer is the assistant
+message; `dear` holds every round's answers per agent, the regulator's masks and sampling; `usage` is the
+debate's total. `stream: true` sends each round as it finishes, then the answer. Requests that overlap in
+time share the backend's batches (`dear.serve.scheduler`). The request fields used, ignored and rejected
+are listed in `dear.serve.schemas`; the whole contract is in docs/SERVING.md.
+"""

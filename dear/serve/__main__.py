@@ -1,0 +1,101 @@
+"""`python -m dear.serve`: serve DEAR-regulated debates as an OpenAI-compatible chat model (uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from dear import tasks
+from dear.export import ExportError, load_exported
+from dear.infer import RegulatedDebater
+from dear.serve import __doc__ as package_doc
+from dear.serve.app import ServeSettings, create_app
+from dear.serve.scheduler import DebateScheduler
+
+
+def _llm_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--llm-option needs KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), yaml.safe_load(value)  # 0 -> int, 0.5 -> float, true -> bool, text stays text
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(f"--llm-option {text!r}: unreadable value: {e}") from None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m dear.serve", description=package_doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", required=True, help="exported policy dir (python -m dear.export RUN OUT)")
+    p.add_argument("--llm", default="local", help="backend spec: local | smoke | sim | openai:URL#model | vllm:MODEL")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model-name", default="dear", help="the model name clients send (default dear)")
+    p.add_argument("--kind", default="numeric", choices=tasks.KINDS,
+                   help="answer kind when a request names none (default numeric)")
+    p.add_argument("--rounds", type=int, help="exchange rounds (default: the policy's training setting)")
+    p.add_argument("--max-tokens", type=int, default=512, help="completion tokens per agent turn")
+    p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
+    p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--encoder", help="override the policy's encoder spec")
+    p.add_argument("--cache", help="SQLite response cache")
+    p.add_argument("--llm-option", action="append", type=_llm_option, default=[], metavar="KEY=VALUE",
+                   help="keyword argument for the backend (repeat), e.g. n_parallel=8, max_retries=1")
+    p.add_argument("--max-active", type=int, default=32, help="debates in flight (batched per engine step)")
+    p.add_argument("--max-queue", type=int, default=256, help="requests waiting beyond that; more get 429")
+    p.add_argument("--batch-window-ms", type=float, default=10.0,
+                   help="an idle server waits this long for more requests to batch with the first")
+    p.add_argument("--backend-retry-s", type=float, default=5.0,
+                   help="while the backend cannot be built, retry at most this often (requests get 503)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    a = p.parse_args(argv)
+    if a.max_active < 1 or a.max_queue < 1:
+        p.error("--max-active and --max-queue must be >= 1")
+    return a
+
+
+def backend_options(a: argparse.Namespace, n_agents: int) -> dict[str, Any]:
+    options = dict(a.llm_option)
+    if a.llm.split(":")[0] in ("local", "smoke"):  # llama.cpp slots: one per agent turn of a full batch
+        options.setdefault("n_parallel", max(1, min(16, a.max_active * n_agents)))
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import uvicorn
+
+    a = parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        exported = load_exported(a.policy)
+    except ExportError as e:
+        print(f"error: --policy: {e}", file=sys.stderr)
+        return 2
+    options = backend_options(a, exported.n_agents)
+
+    def build() -> RegulatedDebater:
+        return RegulatedDebater(exported, a.llm, rounds=a.rounds, max_tokens=a.max_tokens,
+                                temperature=a.temperature, top_p=a.top_p, seed=a.seed, encoder=a.encoder,
+                                cache=a.cache, **options)
+
+    scheduler = DebateScheduler(build, max_active=a.max_active, max_queue=a.max_queue,
+                                batch_window_s=a.batch_window_ms / 1000, retry_s=a.backend_retry_s)
+    try:
+        scheduler.connect()  # load the backend before listening; a backend that is down gives 503s
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    app = create_app(scheduler, ServeSettings(model_name=a.model_name, default_kind=a.kind))
+    print(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}) on http://{a.host}:{a.port}/v1", flush=True)
+    uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

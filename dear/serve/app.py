@@ -1,0 +1,232 @@
+"""The Starlette app: POST /v1/chat/completions, GET /v1/models, GET /health (run by uvicorn, see __main__).
+
+Status codes: 400 bad request (malformed JSON, wrong types, no user message, unsupported parameter), 404 unknown
+model, 429 queue full, 503 backend unavailable or failing (with the backend's error as the reason), 500 a bug.
+Errors use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`, so the official clients raise
+them with the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+import dear
+from dear.infer import InferenceResult, make_question
+from dear.llm.sim import parse_header
+from dear.serve.schemas import (
+    DebateParams,
+    RequestError,
+    chunk_json,
+    completion_json,
+    parse_request,
+    round_json,
+    usage_json,
+)
+from dear.serve.scheduler import (
+    DebateDone,
+    DebateFailed,
+    DebateJob,
+    DebateScheduler,
+    Event,
+    QueueFull,
+    RoundDone,
+    Unavailable,
+)
+from dear.tasks import KINDS
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT = f"dear-{dear.__version__}"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model_name: str = "dear"  # what clients pass as `model`
+    default_kind: str = "numeric"  # answer kind when the request names none
+
+
+def _error(status: int, message: str, type_: str, param: str | None = None, code: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _request_error(e: RequestError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def _unavailable(reason: str) -> JSONResponse:
+    return _error(503, reason, "backend_unavailable", code="backend_unavailable", headers={"Retry-After": "5"})
+
+
+class _Listener:
+    """Carries scheduler events (from its thread) into an asyncio queue of the request's event loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+
+    def __call__(self, event: Event) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettings()) -> Starlette:
+    """The ASGI app around a scheduler (started on startup, closed on shutdown)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        scheduler.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(scheduler.close)
+
+    async def health(request: Request) -> Response:
+        body: dict[str, Any] = {"status": "ok", "model": settings.model_name, **scheduler.load(),
+                                "scheduler": scheduler.stats.to_dict()}
+        debater = scheduler.debater
+        if debater is not None:
+            body["backend"] = {"model_id": debater.backend.model_id, "synthetic": debater.backend.synthetic}
+            body["policy"] = {"path": str(debater.exported.path), "n_agents": debater.config.n_agents,
+                              "rounds": debater.config.n_rounds, "trained_on_synthetic": debater.exported.synthetic}
+        reason = scheduler.unavailable or scheduler.stats.last_backend_error
+        if reason:
+            body.update(status="unavailable", reason=reason)
+            return JSONResponse(body, status_code=503)
+        return JSONResponse(body)
+
+    async def models(request: Request) -> Response:
+        names = [settings.model_name] + [f"{settings.model_name}:{k}" for k in KINDS]
+        return JSONResponse({"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "dear"} for n in names]})
+
+    async def chat(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return _error(400, f"malformed JSON in the request body: {e}", "invalid_request_error")
+        try:
+            params = parse_request(body, settings.model_name, settings.default_kind)
+            if scheduler.synthetic and parse_header(params.question) is None:
+                raise RequestError("this server runs the synthetic debater backend ('sim'), which only answers "
+                                   "questions of the 'synthetic' task (with their '[synthetic ...]' header)",
+                                   "messages")
+            request_id = f"chatcmpl-dear-{uuid.uuid4().hex[:24]}"
+            question = make_question(params.question, params.kind, params.choices, qid=request_id)  # type: ignore[arg-type]
+        except RequestError as e:
+            return _request_error(e)
+        except ValueError as e:
+            return _error(400, str(e), "invalid_request_error")
+        listener = _Listener()
+        job = DebateJob(question=question, seed=params.seed, notify=listener)
+        try:
+            scheduler.submit(job)
+        except QueueFull as e:
+            return _error(429, str(e), "rate_limit_error", code="queue_full", headers={"Retry-After": "1"})
+        except Unavailable as e:
+            return _unavailable(str(e))
+        if params.stream:
+            return await _stream(job, listener, params, request_id)
+        return await _complete(job, listener, params, request_id)
+
+    async def _complete(job: DebateJob, listener: _Listener, params: DebateParams, request_id: str) -> Response:
+        rounds: list[dict[str, Any]] = []
+        try:
+            while True:
+                event = await listener.events.get()
+                if isinstance(event, RoundDone):
+                    rounds.append(round_json(event.turns, event.control, params.include_texts))
+                elif isinstance(event, DebateFailed):
+                    return _error(event.status, event.reason,
+                                  "backend_unavailable" if event.status == 503 else "server_error")
+                else:
+                    return _finished(event, rounds, params, request_id)
+        finally:
+            job.cancelled = True  # no-op once finished; drops the debate if the client went away
+
+    def _finished(done: DebateDone, rounds: list[dict[str, Any]], params: DebateParams,
+                  request_id: str) -> Response:
+        r = done.result
+        if r.failed:
+            return _unavailable(f"the backend failed during the debate: {r.error}")
+        dear_body = _dear_summary(r, params, done) | {"rounds": rounds}
+        return JSONResponse(completion_json(request_id, params.model, r.answer or "", dear_body,
+                                            usage_json(r.prompt_tokens, r.completion_tokens), FINGERPRINT))
+
+    def _dear_summary(r: InferenceResult, params: DebateParams, done: DebateDone) -> dict[str, Any]:
+        debater = scheduler.debater
+        return {
+            "answer": r.answer, "tie": r.tie, "votes": dict(r.trace.vote_counts), "kind": params.kind,
+            "debate_id": r.trace.debate_id, "seed": r.trace.seed,
+            "n_agents": r.trace.n_agents, "n_rounds": len(r.answers_per_round) - 1,
+            "backend": debater.backend.model_id if debater else None,
+            "synthetic": bool(debater and debater.backend.synthetic),
+            "policy_trained_on_synthetic": bool(debater and debater.exported.synthetic),
+            "ignored_parameters": list(params.ignored),
+            "queued_s": round(done.queued_s, 4), "debate_s": round(done.debate_s, 4),
+        }
+
+    async def _stream(job: DebateJob, listener: _Listener, params: DebateParams, request_id: str) -> Response:
+        # Wait for round 0 before answering, so a backend that is down still gets a 503 status.
+        first = await listener.events.get()
+        if isinstance(first, DebateFailed):
+            job.cancelled = True
+            return _error(first.status, first.reason, "backend_unavailable" if first.status == 503 else "server_error")
+        if isinstance(first, DebateDone) and first.result.failed:
+            return _unavailable(f"the backend failed during the debate: {first.result.error}")
+        return StreamingResponse(_sse(job, listener, first, params, request_id), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def _sse(job: DebateJob, listener: _Listener, first: Event, params: DebateParams,
+                   request_id: str) -> AsyncIterator[str]:
+        def sse(obj: dict[str, Any]) -> str:
+            return f"data: {json.dumps(obj)}\n\n"
+
+        def chunk(delta, finish=None, dear_part=None, usage=None) -> str:
+            return sse(chunk_json(request_id, params.model, FINGERPRINT, delta, finish, dear_part, usage))
+
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            event = first
+            while True:
+                if isinstance(event, RoundDone):
+                    yield chunk({}, dear_part={"round": round_json(event.turns, event.control,
+                                                                   params.include_texts)})
+                elif isinstance(event, DebateFailed):
+                    yield sse({"error": {"message": event.reason, "type": "backend_unavailable",
+                                         "code": event.status}})
+                    break
+                else:
+                    r = event.result
+                    if r.failed:
+                        yield sse({"error": {"message": f"the backend failed during the debate: {r.error}",
+                                             "type": "backend_unavailable", "code": 503}})
+                        break
+                    yield chunk({"content": r.answer or ""})
+                    yield chunk({}, "stop", dear_part=_dear_summary(r, params, event))
+                    if params.include_usage:
+                        yield chunk(None, usage=usage_json(r.prompt_tokens, r.completion_tokens))
+                    break
+                event = await listener.events.get()
+            yield "data: [DONE]\n\n"
+        finally:
+            job.cancelled = True
+
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=["GET"]),
+              Route("/health", health, methods=["GET"])]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.started = time.time()
+    return app
