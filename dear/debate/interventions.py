@@ -125,7 +125,7 @@ class JudgeVerdict:
 
 _VERDICT = re.compile(r"verdict\W{0,3}[:：]\W{0,3}(no[\s_-]*drift|not[\s_-]*drifted|drift(?:ed)?|yes|no)\b",
                       re.IGNORECASE)
-_LEAD_VERDICT = re.compile(r"^\W{0,3}(no[\s_-]*drift|not[\s_-]*drifted|drift(?:ed)?)\b", re.IGNORECASE)
+_LEAD_VERDICT = re.compile(r"^[\s*#_>]*(no[\s_-]*drift|not[\s_-]*drifted|drift(?:ed)?)\b", re.IGNORECASE)
 _REASON = re.compile(r"reason\W{0,3}[:：]\s*(.+)", re.IGNORECASE)
 
 
@@ -160,7 +160,7 @@ def parse_verdict(text: str) -> JudgeVerdict:
                 return JudgeVerdict(obj[key], str(obj.get("reason", reason)))
         if isinstance(obj.get("verdict"), str) and (lead := _LEAD_VERDICT.match(obj["verdict"])):
             return JudgeVerdict(_is_drift(lead.group(1)), str(obj.get("reason", reason)))
-    m = _VERDICT.search(text) or _LEAD_VERDICT.match(text)
+    m = _VERDICT.search(text) or (_LEAD_VERDICT.match(text) if obj is None else None)
     if m is None:
         return JudgeVerdict(False, f"malformed verdict: {text[:200]!r}", malformed=True)
     return JudgeVerdict(_is_drift(m.group(1)), reason)
@@ -173,7 +173,7 @@ class Advice:
     malformed: bool = False  # empty advice: nothing is added to the next round
 
 
-_ADVICE = re.compile(r"advice\W{0,3}[:：]\s*(.+)", re.IGNORECASE | re.DOTALL)
+_ADVICE = re.compile(r"advice\W{0,3}[:：]\s*(.*)", re.IGNORECASE | re.DOTALL)
 
 
 def parse_advice(text: str, max_chars: int = 800) -> Advice:
@@ -202,8 +202,8 @@ _CONFLICT = re.compile(r"conflict\W{0,3}[:：]\W{0,3}(none|redundant|contradicti
 
 def parse_rating(text: str) -> ModeratorRating:
     """A moderator completion -> rating. Wants a JSON object with "relevance" (0-1) and "conflict"; tolerates
-    fences and prose, and falls back to `relevance: x` / `conflict: y` pairs. No usable relevance, or a conflict
-    outside none/redundant/contradiction -> malformed (accept)."""
+    fences and prose, and falls back to `relevance: x` / `conflict: y` pairs. A missing or out-of-range
+    relevance, or a missing conflict or one outside none/redundant/contradiction -> malformed (accept)."""
     text = (text or "").strip()
     obj = _json_object(text) or {}
     rel: Any = obj.get("relevance")
@@ -216,7 +216,7 @@ def parse_rating(text: str) -> ModeratorRating:
         relevance = float(rel)
     except (TypeError, ValueError):
         relevance = math.nan
-    conflict = str(conflict).strip().lower() if conflict is not None else "none"
+    conflict = str(conflict).strip().lower() if conflict is not None else ""
     if not math.isfinite(relevance) or not 0.0 <= relevance <= 1.0 or conflict not in CONFLICTS:
         return ModeratorRating(1.0, "none", None, "", f"malformed rating: {text[:200]!r}", malformed=True)
     accept = obj.get("accept") if isinstance(obj.get("accept"), bool) else None
