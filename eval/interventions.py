@@ -97,9 +97,8 @@ def build_intervention_method(name: str, base: DebateConfig, sc_samples: int = 0
                               **overrides: Any) -> M.MethodRun:
     """The DebateConfig and InterventionProtocol that run `name` (DEAR bases need the checkpoint and encoder).
     `backend` serves the judge / feedback / moderator calls (None = the debaters' backend)."""
-    spec = intervention_spec(name)
-    _, cfg = parse_intervention_method(name, **overrides)
-    inner = M.build(spec, base, sc_samples, ckpt, encoder, seed=seed)
+    base_spec, cfg = parse_intervention_method(name, **overrides)
+    inner = M.build(base_spec, base, sc_samples, ckpt, encoder, seed=seed)  # the base method, then wrapped
     return M.MethodRun(inner.config, InterventionProtocol(inner.protocol, cfg, backend=backend, name=name))
 
 
@@ -156,12 +155,13 @@ def markdown(rows: Sequence[dict[str, Any]], command: str, synthetic: bool) -> s
     lines = [title, "", f"Command: `{command}`", "",
              "| benchmark | method | n | accuracy [95% CI] | debater tok/q | extra tok/q (overhead) | drifted | "
              "recovered | judge TP/FP/TN/FN | precision | recall | specificity | judge acc | malformed verdicts | "
-             "moderator rejection (ignore/demote) | rounds per stage |",
+             "moderator rejection | rounds per stage |",
              "|" + "---|" * 16]
     for r in rows:
         judge = (f"{r['judge_tp']}/{r['judge_fp']}/{r['judge_tn']}/{r['judge_fn']}" if "judge_tp" in r else "-")
         stages = ", ".join(f"{k[len('rounds_'):]}={v}" for k, v in r.items() if k.startswith("rounds_") and v)
-        rej = (f"{_fmt(r['rejection_rate'], True)} ({r['moderator_ignore']}/{r['moderator_demote']})"
+        rej = (f"{_fmt(r['rejection_rate'], True)} ({r['moderator_ignore']} ignored, {r['moderator_demote']} "
+               f"demoted of {r['moderator_rated']}; {r['moderator_malformed']} malformed)"
                if r["moderator_rated"] else "-")
         lines.append(" | ".join([
             f"| {r['benchmark']}", r["method"], str(r["n"]),
