@@ -11,12 +11,17 @@ Method names are `<base>+<intervention>...`: the base is a debate or DEAR method
 
 e.g. `mad+judge+policy`, `mad+judge+regenerate`, `mad+moderator`, `dear+judge+policy`.
 
-    python -m eval.interventions --out results/eval-gsm8k-n30-s0 --benchmark gsm8k \\
+    python -m eval.interventions report --out results/eval-gsm8k-n30-s0 --benchmark gsm8k \\
         --methods mad,mad+judge+policy,mad+judge+regenerate,mad+moderator
 
 reads the traces an `eval.run` results directory holds and writes `interventions.md` / `interventions.csv`:
 accuracy, debater and extra tokens, drift and recovery (FOCUS), the judge's confusion counts against the FOCUS
 labels, the moderator's rejection rate and the rounds per agenda stage.
+
+    python -m eval.interventions prime-cache --cache OUT/cache.sqlite --traces OLD/traces/gsm8k/mad.jsonl
+
+stores the answers of earlier traces in a response cache, so a new results directory reuses them (round 0 and
+every MAD / DEAR round an intervention leaves unchanged) instead of generating them again.
 """
 
 from __future__ import annotations
@@ -107,6 +112,48 @@ def run_method(run: M.MethodRun, engine: DebateEngine, questions: Sequence[Quest
     if isinstance(run.protocol, InterventionProtocol):
         return run.protocol.run(engine, questions)
     return engine.run(questions, run.protocol)
+
+
+# ---------------------------------------------------------------- reusing stored traces
+def prime_cache(cache_path: str | Path, traces: Sequence[DebateTrace]) -> int:
+    """Store every successful debater turn of `traces` in the response cache at `cache_path`, under the key the
+    engine's request for that turn has (model id, messages, sampling, seed). A later eval.run with the same
+    settings then reuses those answers: round 0 for every method, and the rounds of MAD / DEAR that an
+    intervention leaves unchanged. Regenerated (discarded) rounds are not stored: they answered no request that
+    a kept round did. Existing entries are kept. Returns the number of turns stored."""
+    import dataclasses
+    import json
+    import sqlite3
+    import time
+
+    from dear.llm.base import ChatMessage, ChatRequest, Completion
+    from dear.llm.cache import _SCHEMA, cache_key
+
+    rows = []
+    for t in traces:
+        for turns in t.rounds:
+            for turn in turns:
+                if turn.error is not None or not turn.model_id:
+                    continue
+                req = ChatRequest(messages=tuple(ChatMessage(m["role"], m["content"]) for m in turn.messages),
+                                  temperature=turn.temperature, top_p=turn.top_p, max_tokens=turn.max_tokens,
+                                  seed=turn.seed)
+                comp = Completion(turn.text, turn.prompt_tokens, turn.completion_tokens, turn.finish_reason,
+                                  turn.latency_s, reused_prompt_tokens=turn.reused_prompt_tokens)
+                rows.append((cache_key(turn.model_id, req), turn.model_id,
+                             json.dumps(dataclasses.asdict(comp), ensure_ascii=False), time.time()))
+    Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(cache_path, timeout=60, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(_SCHEMA)
+        db.execute("BEGIN IMMEDIATE")
+        before = db.total_changes
+        db.executemany("INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+        return db.total_changes - before
+    finally:
+        db.close()
 
 
 # ---------------------------------------------------------------- report
@@ -205,17 +252,31 @@ def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import shlex
+
     p = argparse.ArgumentParser(prog="python -m eval.interventions", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="an eval.run results directory")
-    p.add_argument("--benchmark", required=True)
-    p.add_argument("--methods", required=True, help="comma-separated method names with traces in --out")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("report", help="tables from an eval.run results directory")
+    r.add_argument("--out", required=True, help="an eval.run results directory")
+    r.add_argument("--benchmark", required=True)
+    r.add_argument("--methods", required=True, help="comma-separated method names with traces in --out")
+    c = sub.add_parser("prime-cache", help="store the answers of finished traces in a response cache")
+    c.add_argument("--cache", required=True, help="response cache file (eval.run's OUT/cache.sqlite)")
+    c.add_argument("--traces", required=True, help="comma-separated trace files (*.jsonl) to take answers from")
     a = p.parse_args(argv)
+    if a.cmd == "prime-cache":
+        total = 0
+        for path in [x.strip() for x in a.traces.split(",") if x.strip()]:
+            if not Path(path).exists():
+                raise FileNotFoundError(f"--traces {path}: no such file")
+            n = prime_cache(a.cache, read_jsonl(path))
+            print(f"{path}: {n} answers stored in {a.cache}")
+            total += n
+        return 0
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     for m in methods:
         if is_intervention_method(m):
             parse_intervention_method(m)
-    import shlex
-
     argv_list = list(sys.argv[1:] if argv is None else argv)
     report(a.out, a.benchmark, methods, "python -m eval.interventions " + shlex.join(argv_list))
     print((Path(a.out) / "interventions.md").read_text(encoding="utf-8"))

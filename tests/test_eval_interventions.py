@@ -152,7 +152,7 @@ def test_cli_bad_method_exits_with_message(tmp_path, capsys):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "eval.interventions", "--out", str(tmp_path), "--benchmark", "gsm8k",
+    p = subprocess.run([sys.executable, "-m", "eval.interventions", "report", "--out", str(tmp_path), "--benchmark", "gsm8k",
                         "--methods", "mad+policy"], capture_output=True, text=True)
     assert p.returncode == 2 and "write mad+judge+policy" in p.stderr
 
@@ -234,3 +234,30 @@ def test_eval_run_with_intervention_methods(tmp_path):
     rows = IV.report(out, "synthetic", ["mad", "mad+judge+policy", "mad+moderator"])
     assert rows[1]["judge_verdicts"] == 4 and rows[2]["moderator_rated"] == 2 * 3 * 2
     assert "SYNTHETIC" in (out / "interventions.md").read_text()
+
+
+def test_prime_cache_replays_stored_traces(tmp_path):
+    """Answers of finished traces, stored in a fresh cache, answer the same method's requests again: the
+    model is never called (so a new results directory reuses earlier round 0 and MAD rounds)."""
+    from dear.llm.cache import CachedBackend
+
+    class NoCalls(FakeBackend):
+        def generate(self, requests):
+            raise AssertionError(f"{len(requests)} requests missed the primed cache")
+
+    base = DebateConfig(n_agents=3, n_rounds=2)
+    run = M.build(M.METHODS["mad"], base, 0)
+    first = IV.run_method(run, DebateEngine(FakeBackend(Script(answers={(1, 0): "7"})), base), [gsm(0), gsm(1)])
+    cache = tmp_path / "c.sqlite"
+    assert IV.prime_cache(cache, [d.trace for d in first]) == 18
+    assert IV.prime_cache(cache, [d.trace for d in first]) == 0  # existing entries are kept
+    be = CachedBackend(NoCalls(), cache)
+    again = IV.run_method(run, DebateEngine(be, base), [gsm(0), gsm(1)])
+    assert be.hits == 18 and [d.trace.answer_keys() for d in again] == [d.trace.answer_keys() for d in first]
+    # an intervention run reuses the unchanged MAD rounds; only its own calls reach the model
+    inner = FakeBackend(Script(answers={(1, 0): "7"}))
+    be = CachedBackend(inner, cache)
+    run = IV.build_intervention_method("mad+judge", base)
+    IV.run_method(run, DebateEngine(be, base), [gsm(0), gsm(1)])
+    assert be.hits == 18 and all("intervention" in r.metadata for b in inner.calls for r in b)
+    be.close()
