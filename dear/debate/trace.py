@@ -63,10 +63,11 @@ class AgentTurn:
 
 @dataclass
 class ExtraCall:
-    """One call an intervention made outside the debaters' turns (judge, feedback, moderator) or a debater
-    round it threw away (regenerate); its tokens are counted apart from the debaters'."""
+    """One call an intervention made outside the debaters' turns (judge, feedback, moderator), a debater
+    round it threw away (regenerate), or the agenda stage a round ran in (no call: 0 tokens); its tokens are
+    counted apart from the debaters'."""
 
-    kind: str  # "judge" | "policy" | "moderator" | "regenerate"
+    kind: str  # "judge" | "policy" | "moderator" | "regenerate" | "agenda"
     round: int  # the debate round it concerns
     prompt_tokens: int
     completion_tokens: int
