@@ -263,6 +263,58 @@ def drift(scores: Sequence[float]) -> Drift:
     )
 
 
+# ---------------------------------------------------------------- drift detection (DRIFTJudge vs FOCUS)
+def focus_drift_label(
+    prev_answers: Sequence[str | None], prev_correct: Sequence[bool],
+    cur_answers: Sequence[str | None], cur_correct: Sequence[bool],
+) -> bool:
+    """FOCUS-based label of one judged round pair: drifted when FOCUS = s_cur - s_prev < 0."""
+    return round_vote(cur_answers, cur_correct).score < round_vote(prev_answers, prev_correct).score
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A binary detector (e.g. DRIFTJudge) against reference labels (e.g. FOCUS < 0)."""
+
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+
+    @property
+    def n(self) -> int:
+        return self.tp + self.fp + self.tn + self.fn
+
+    @property
+    def precision(self) -> float:
+        return Ratio(self.tp, self.tp + self.fp).rate
+
+    @property
+    def recall(self) -> float:
+        return Ratio(self.tp, self.tp + self.fn).rate
+
+    @property
+    def specificity(self) -> float:
+        return Ratio(self.tn, self.tn + self.fp).rate
+
+    @property
+    def accuracy(self) -> float:
+        return Ratio(self.tp + self.tn, self.n).rate
+
+    def to_row(self) -> dict[str, float | int]:
+        return {"tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn, "precision": self.precision,
+                "recall": self.recall, "specificity": self.specificity, "accuracy": self.accuracy}
+
+
+def detection(predicted: Sequence[bool], actual: Sequence[bool]) -> Detection:
+    """Confusion counts of `predicted` against `actual` (positive = drift); rates with no denominator are NaN."""
+    if len(predicted) != len(actual):
+        raise ValueError(f"detection: {len(predicted)} predictions for {len(actual)} labels")
+    p, a = np.asarray(predicted, dtype=bool), np.asarray(actual, dtype=bool)
+    return Detection(tp=int((p & a).sum()), fp=int((p & ~a).sum()), tn=int((~p & ~a).sum()),
+                     fn=int((~p & a).sum()))
+
+
 # ---------------------------------------------------------------- statistics
 def bootstrap_ci(values: Sequence[float], n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> CI:
     """Mean with a seeded percentile-bootstrap CI over items (questions). Empty input -> NaNs."""

@@ -80,12 +80,15 @@ def parse_methods(text: str) -> list[MethodSpec]:
         names = list(DEFAULT_METHODS)
     if not names:
         raise ValueError("--methods is empty; known methods: " + ", ".join(METHODS))
-    unknown = [n for n in names if n not in METHODS]
+    unknown = [n for n in names if n not in METHODS and "+" not in n]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; known methods: {', '.join(METHODS)}")
+        raise ValueError(f"unknown method(s) {unknown}; known methods: {', '.join(METHODS)} "
+                         f"(and <method>+<intervention>..., e.g. mad+judge+policy; see eval/interventions.py)")
     if len(set(names)) != len(names):
         raise ValueError(f"--methods lists a method twice: {names}")
-    return [METHODS[n] for n in names]
+    from eval.interventions import intervention_spec  # imports this module
+
+    return [METHODS[n] if n in METHODS else intervention_spec(n) for n in names]
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -299,6 +302,11 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
     """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder; the
     random-mask control needs DEAR's per-round read density). ``deterministic``: the policy's mode (pairs
     with p > 0.5, behavior mean) instead of sampled actions."""
+    if "+" in spec.name:  # a debate method with interventions (eval/interventions.py)
+        from eval.interventions import build_intervention_method
+
+        return build_intervention_method(spec.name, base, sc_samples, ckpt, encoder, seed=seed,
+                                         deterministic=deterministic)
     if spec.kind == "single":
         return MethodRun(replace(base, n_agents=1, n_rounds=0), MajorityProtocol())
     if spec.kind == "samples":

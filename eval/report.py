@@ -22,8 +22,8 @@ def trace_to_record(trace: DebateTrace) -> DebateRecord:
         answers=trace.answer_keys(),
         correct=trace.correctness().tolist(),
         final_correct=bool(trace.final_correct),
-        prompt_tokens=int(trace.prompt_tokens),
-        completion_tokens=int(trace.completion_tokens),
+        prompt_tokens=int(trace.prompt_tokens + trace.extra_prompt_tokens),  # interventions' calls included
+        completion_tokens=int(trace.completion_tokens + trace.extra_completion_tokens),
         tie=bool(trace.tie),
         failed=bool(trace.failed),
         final_grader=grader,

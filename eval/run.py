@@ -33,6 +33,7 @@ from tqdm import tqdm
 from dear import tasks
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
+from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.llm.base import Backend
 from dear.tasks.types import Question
@@ -378,12 +379,15 @@ class Evaluator:
         width = run.config.n_agents
         debates = engine.start_from_round0(chunk, [round0[q.id].rounds[0][:width] for q in chunk],
                                            n_rounds=run.protocol.n_rounds, protocol=spec.name)
-        if spec.stop_when_unanimous:
-            _stop_unanimous(debates)
-        while active := [d for d in debates if not d.done]:
-            engine.step(active, run.protocol.controls(active))
+        if isinstance(run.protocol, InterventionProtocol):  # judge / policy / regenerate / moderator
+            run.protocol.drive(engine, debates)
+        else:
             if spec.stop_when_unanimous:
-                _stop_unanimous(active)
+                _stop_unanimous(debates)
+            while active := [d for d in debates if not d.done]:
+                engine.step(active, run.protocol.controls(active))
+                if spec.stop_when_unanimous:
+                    _stop_unanimous(active)
         n_failed = sum(d.failed for d in debates)
         if n_failed:
             log.warning("%s/%s: %d of %d debates failed; the next run retries them", benchmark, spec.name,

@@ -69,11 +69,13 @@ class DebateConfig:
 
 @dataclass
 class RoundControl:
-    """What the next exchange round does: mask[i, j] = True -> agent i reads agent j's previous answer."""
+    """What the next exchange round does: mask[i, j] = True -> agent i reads agent j's previous answer;
+    guidance[i] (optional) is an extra instruction added to agent i's prompt (see prompts.py)."""
 
     mask: np.ndarray  # (V, V) bool, diagonal False
     temperature: np.ndarray  # (V,)
     top_p: np.ndarray  # (V,)
+    guidance: tuple[str | None, ...] | None = None  # (V,) or None
 
     def __post_init__(self):
         mask = np.asarray(self.mask)
@@ -98,6 +100,10 @@ class RoundControl:
             if (arr > hi).any() or (arr <= lo if lo_open else arr < lo).any():
                 raise ValueError(f"RoundControl.{name} out of range {'(' if lo_open else '['}{lo}, {hi}]: {arr.tolist()}")
             setattr(self, name, arr)
+        if self.guidance is not None:
+            self.guidance = tuple(self.guidance)
+            if len(self.guidance) != v or any(g is not None and not isinstance(g, str) for g in self.guidance):
+                raise ValueError(f"RoundControl.guidance must be {v} strings or None, got {self.guidance!r}")
 
     @property
     def n_agents(self) -> int:
@@ -182,6 +188,7 @@ class _Pending:
     request: ChatRequest
     peers: list[int]
     truncated_peers: int
+    guidance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,8 +199,10 @@ class _PromptBuilder:
     n_peer_blocks: int
 
 
-def _shown(turn: AgentTurn) -> prompts.ShownAnswer:
-    return prompts.ShownAnswer(turn.agent, turn.reasoning, turn.conclusion, turn.answer)
+def _shown(turn: AgentTurn, to_peer: bool = True) -> prompts.ShownAnswer:
+    """A turn as a later prompt shows it: to peers a demoted turn is only its summary; to its author never."""
+    return prompts.ShownAnswer(turn.agent, turn.reasoning, turn.conclusion, turn.answer,
+                               turn.peer_summary if to_peer else None)
 
 
 def derive_seed(*parts: int) -> int:
@@ -297,11 +306,13 @@ class DebateEngine:
             self._record_round(d, [replace(t) for t in turns])
         return debates
 
-    def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
-        """Run the next exchange round for every unfinished debate (one generate call per backend)."""
-        self.advance([], debates, controls)
+    def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl], attempt: int = 0) -> None:
+        """Run the next exchange round for every unfinished debate (one generate call per backend).
+        `attempt` > 0 marks a redone round (see `redo_last_round`)."""
+        self.advance([], debates, controls, attempt)
 
-    def advance(self, new: Sequence[Debate], active: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
+    def advance(self, new: Sequence[Debate], active: Sequence[Debate], controls: Sequence[RoundControl],
+                attempt: int = 0) -> None:
         """Round 0 of `new` debates (from `create`) and the next exchange round of `active` ones, all in one
         generate call per backend: a server admits requests between rounds and they share the batch."""
         t0 = time.perf_counter()
@@ -322,7 +333,7 @@ class DebateEngine:
                 raise ValueError(f"step: debate {d.debate_id} has not run round 0; call start() first")
             if ctl.n_agents != cfg.n_agents:
                 raise ValueError(f"RoundControl.mask is {ctl.mask.shape}, engine has n_agents={cfg.n_agents}")
-            pending.extend(self._exchange_requests(d, ctl))
+            pending.extend(self._exchange_requests(d, ctl, attempt))
         if pending:
             self._execute(pending)
         self.stats.add(total_s=time.perf_counter() - t0)
@@ -349,6 +360,26 @@ class DebateEngine:
         if n_failed:
             log.warning("%d of %d debates failed (see trace.error)", n_failed, len(debates))
         return debates
+
+    def redo_last_round(self, debates: Sequence[Debate], controls: Sequence[RoundControl]) -> None:
+        """Drop every given debate's last exchange round and run it again under `controls` (one generate
+        call per backend). The dropped turns move to `trace.discarded_rounds`, their tokens to the trace's
+        extra tally; the new attempt gets fresh sampling seeds (a same-seed redo would repeat the answer).
+        Each round is redone at most once; a failed debate or one still in round 0 cannot be redone."""
+        if len(controls) != len(debates):
+            raise ValueError(f"redo_last_round: {len(controls)} controls for {len(debates)} debates")
+        for d in debates:
+            if d.failed or d.round < 1:
+                raise ValueError(f"redo_last_round: debate {d.debate_id} is "
+                                 f"{'failed' if d.failed else 'still in round 0'}; nothing to redo")
+            if any(t.attempt > 0 for t in d.last_turns):
+                raise ValueError(f"redo_last_round: round {d.round} of {d.debate_id} was already redone once")
+        for d in debates:
+            d.trace.drop_last_round()
+            d.round -= 1
+            d.finished = False
+            d.trace.final_answer, d.trace.final_correct, d.trace.tie, d.trace.vote_counts = None, False, False, {}
+        self.step(debates, controls, attempt=1)
 
     def run_concurrent(
         self,
@@ -384,62 +415,71 @@ class DebateEngine:
     # ------------------------------------------------------------ internals
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
                  top_p: float, peers: list[int], truncated: int, max_tokens: int,
-                 own_answer: str | None = None, peer_answers: list[str | None] | None = None) -> _Pending:
+                 own_answer: str | None = None, peer_answers: list[str | None] | None = None,
+                 guidance: str | None = None, attempt: int = 0) -> _Pending:
+        # attempt 0 keeps the historical seed so stored traces and response caches stay valid
+        seed_parts = (self.config.seed, d.seed, agent, round_) + ((attempt,) if attempt else ())
         req = ChatRequest(
             messages=tuple(messages),
             temperature=float(temperature),
             top_p=float(top_p),
             max_tokens=int(max_tokens),
-            seed=derive_seed(self.config.seed, d.seed, agent, round_),
+            seed=derive_seed(*seed_parts),
             session=f"{d.debate_id}/agent{agent}",
             metadata={
                 "debate_id": d.debate_id, "question_id": d.question.id, "task": d.question.task,
                 "agent": agent, "round": round_, "own_answer": own_answer,
                 "peer_answers": list(peer_answers or []), "peers": list(peers),
-                "question_text": d.question.question,
+                "question_text": d.question.question, "attempt": attempt,
             },
         )
-        return _Pending(debate=d, agent=agent, request=req, peers=list(peers), truncated_peers=truncated)
+        return _Pending(debate=d, agent=agent, request=req, peers=list(peers), truncated_peers=truncated,
+                        guidance=guidance)
 
-    def _exchange_requests(self, d: Debate, ctl: RoundControl) -> list[_Pending]:
+    def _exchange_requests(self, d: Debate, ctl: RoundControl, attempt: int = 0) -> list[_Pending]:
         cfg = self.config
         prev = d.last_turns
         out = []
         r = d.round + 1
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
-            build = self._prompt_builder(d, i, peers)
+            guidance = ctl.guidance[i] if ctl.guidance is not None else None
+            build = self._prompt_builder(d, i, peers, guidance)
             messages, truncated, max_tokens = self._fit_context(
                 d, i, build, self.backends[self.agent_keys[i]]
             )
             out.append(self._request(
                 d, i, r, messages, ctl.temperature[i], ctl.top_p[i], peers, truncated, max_tokens,
                 own_answer=prev[i].answer_key, peer_answers=[prev[j].answer_key for j in peers],
+                guidance=guidance, attempt=attempt,
             ))
         return out
 
     def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
         return sum(backend.count_tokens(m.content) + _MSG_OVERHEAD_TOKENS for m in messages)
 
-    def _prompt_builder(self, d: Debate, agent: int, peers: list[int]) -> _PromptBuilder:
+    def _prompt_builder(self, d: Debate, agent: int, peers: list[int], guidance: str | None = None) -> _PromptBuilder:
         """The exchange prompt of `agent` in the debate's next round, in the configured layout."""
         cfg = self.config
         shown = [[_shown(t) for t in turns] for turns in d.trace.rounds]
         if cfg.layout == "single":
-            own, peer_answers = shown[-1][agent], [shown[-1][j] for j in peers]
+            own, peer_answers = _shown(d.trace.rounds[-1][agent], to_peer=False), [shown[-1][j] for j in peers]
             n_peer_blocks = len(peers)
 
             def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
                 return prompts.exchange_messages(d.question, own, peer_answers, n_truncated=n_cut,
-                                                 own_truncated=own_cut, system_prompt=cfg.system_prompt)
+                                                 own_truncated=own_cut, system_prompt=cfg.system_prompt,
+                                                 guidance=guidance)
         else:
             # Round k showed agent `agent` the peers recorded in its round-k turn; the new round shows `peers`.
             peers_by_round = [d.trace.rounds[k][agent].peers for k in range(1, len(shown))] + [peers]
+            guidance_by_round = [d.trace.rounds[k][agent].guidance for k in range(1, len(shown))] + [guidance]
             exchanges = [
                 prompts.Exchange(
                     own_text=d.trace.rounds[k - 1][agent].text,
-                    own=shown[k - 1][agent],
+                    own=_shown(d.trace.rounds[k - 1][agent], to_peer=False),
                     peers=tuple(shown[k - 1][j] for j in peers_by_round[k - 1]),
+                    guidance=guidance_by_round[k - 1],
                 )
                 for k in range(1, len(shown) + 1)
             ]
@@ -574,6 +614,7 @@ class DebateEngine:
             finish_reason=c.finish_reason, latency_s=float(c.latency_s), error=c.error,
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
+            guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
         )
 
     def _finalize(self, d: Debate) -> None:

@@ -11,7 +11,9 @@ Round 0: the question plus the task's format instruction. Exchange rounds come i
   selected peers' answers (labelled "Agent j", 1-based), then the instruction to reconsider.
 
 Peers' answers are re-rendered from their parsed parts so that their reasoning can be cut when the prompt would
-overflow the context window while their conclusion and final answer stay.
+overflow the context window while their conclusion and final answer stay. A peer answer a moderator demoted is
+shown as its one-line summary plus its final answer. An optional per-agent `guidance` (an intervention's advice
+or agenda instruction) goes into the exchange user turn just before the format instruction, in both layouts.
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ class ShownAnswer:
     reasoning: str
     conclusion: str
     answer: str | None
+    summary: str | None = None  # set when a moderator demoted the answer: peers see only this line
 
 
 def render_answer(answer: str | None) -> str:
@@ -147,12 +150,19 @@ def render_answer(answer: str | None) -> str:
 
 
 def _answer_block(a: ShownAnswer, omit_reasoning: bool) -> str:
+    if a.summary is not None:
+        return f"Summary (condensed by the moderator): {a.summary}\nFinal answer: {render_answer(a.answer)}"
     reasoning = OMITTED if omit_reasoning else a.reasoning
     return f"Reasoning: {reasoning}\nConclusion: {a.conclusion}\nFinal answer: {render_answer(a.answer)}"
 
 
 def _instructions(question: Question) -> str:
     return f"{STRUCTURE}\n{tasks.format_instruction(question.kind)}"
+
+
+def _guided(parts: list[str], guidance: str | None) -> list[str]:
+    """`parts` with the guidance appended (blank guidance adds nothing)."""
+    return [*parts, guidance.strip()] if guidance and guidance.strip() else parts
 
 
 def round0_messages(question: Question, system_prompt: str = SYSTEM_PROMPT) -> list[ChatMessage]:
@@ -167,8 +177,10 @@ def exchange_messages(
     n_truncated: int = 0,
     own_truncated: bool = False,
     system_prompt: str = SYSTEM_PROMPT,
+    guidance: str | None = None,
 ) -> list[ChatMessage]:
-    """Prompt for round r >= 1. The first `n_truncated` peer blocks lose their reasoning (context overflow)."""
+    """Prompt for round r >= 1. The first `n_truncated` peer blocks lose their reasoning (context overflow);
+    `guidance` is inserted before the format instruction."""
     parts = [
         f"Question:\n{tasks.render_question(question)}",
         f"Your previous answer:\n{_answer_block(own, own_truncated)}",
@@ -181,6 +193,7 @@ def exchange_messages(
         parts.append(RECONSIDER)
     else:
         parts.append(RECONSIDER_ALONE)
+    parts = _guided(parts, guidance)
     parts.append(_instructions(question))
     return [ChatMessage("system", system_prompt), ChatMessage("user", "\n\n".join(parts))]
 
@@ -193,15 +206,18 @@ class Exchange:
     own_text: str
     own: ShownAnswer
     peers: tuple[ShownAnswer, ...]
+    guidance: str | None = None  # extra instruction of the round-k user turn
 
 
-def peers_turn(question: Question, peers: Sequence[ShownAnswer], n_truncated: int = 0) -> str:
-    """The user turn that brings the peers' answers (or, with no peer, the request to double-check)."""
+def peers_turn(question: Question, peers: Sequence[ShownAnswer], n_truncated: int = 0,
+               guidance: str | None = None) -> str:
+    """The user turn that brings the peers' answers (or, with no peer, the request to double-check);
+    `guidance` is inserted before the format instruction."""
     if not peers:
-        return f"{ALONE}\n\n{_instructions(question)}"
+        return "\n\n".join([*_guided([ALONE], guidance), _instructions(question)])
     blocks = [f"One agent's answer:\n```\n{_answer_block(p, k < n_truncated)}\n```" for k, p in enumerate(peers)]
     outro = PEERS_OUTRO.format(question=tasks.render_question(question))
-    return "\n\n".join([PEERS_INTRO, *blocks, outro, _instructions(question)])
+    return "\n\n".join([*_guided([PEERS_INTRO, *blocks, outro], guidance), _instructions(question)])
 
 
 def multiturn_messages(
@@ -224,5 +240,5 @@ def multiturn_messages(
         n_cut = min(cut_left, len(ex.peers))
         cut_left -= n_cut
         messages.append(ChatMessage("assistant", own))
-        messages.append(ChatMessage("user", peers_turn(question, ex.peers, n_cut)))
+        messages.append(ChatMessage("user", peers_turn(question, ex.peers, n_cut, ex.guidance)))
     return messages

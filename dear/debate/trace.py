@@ -43,6 +43,10 @@ class AgentTurn:
     model_id: str = ""
     max_tokens: int = 0
     reused_prompt_tokens: int = 0  # of prompt_tokens, those the server reused from its KV cache
+    guidance: str | None = None  # extra instruction appended to this turn's prompt (e.g. an intervention's advice)
+    # What peers are shown of this turn instead of its reasoning and conclusion (a moderator's demotion).
+    peer_summary: str | None = None
+    attempt: int = 0  # 1 for a round regenerated once (its seed differs from the discarded attempt's)
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -54,6 +58,29 @@ class AgentTurn:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"AgentTurn.from_dict: unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass
+class ExtraCall:
+    """One call an intervention made outside the debaters' turns (judge, feedback, moderator), a debater
+    round it threw away (regenerate), or the agenda stage a round ran in (no call: 0 tokens); its tokens are
+    counted apart from the debaters'."""
+
+    kind: str  # "judge" | "policy" | "moderator" | "regenerate" | "agenda"
+    round: int  # the debate round it concerns
+    prompt_tokens: int
+    completion_tokens: int
+    text: str = ""  # raw completion ("" for a discarded round)
+    result: dict[str, Any] = field(default_factory=dict)  # parsed outcome (verdict, advice, rating, ...)
+    agent: int | None = None  # the rated agent (moderator)
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExtraCall:
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"ExtraCall.from_dict: unknown keys {sorted(unknown)}")
         return cls(**d)
 
 
@@ -75,12 +102,40 @@ class DebateTrace:
     vote_counts: dict[str, int] = field(default_factory=dict)
     failed: bool = False
     error: str | None = None
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # debaters' calls of the kept rounds
     completion_tokens: int = 0
+    # Interventions (dear/debate/interventions.py): their extra calls, the rounds they replaced, their tokens.
+    extra_calls: list[ExtraCall] = field(default_factory=list)
+    discarded_rounds: list[list[AgentTurn]] = field(default_factory=list)
+    extra_prompt_tokens: int = 0
+    extra_completion_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
+        """Debaters' tokens only; `extra_tokens` holds what interventions cost on top."""
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def extra_tokens(self) -> int:
+        return self.extra_prompt_tokens + self.extra_completion_tokens
+
+    def add_extra_call(self, call: ExtraCall) -> None:
+        self.extra_calls.append(call)
+        self.extra_prompt_tokens += call.prompt_tokens
+        self.extra_completion_tokens += call.completion_tokens
+
+    def drop_last_round(self) -> list[AgentTurn]:
+        """Remove the last round (to run it again); its turns move to `discarded_rounds` and their tokens
+        from the debaters' tally to the extra one (an ExtraCall of kind "regenerate")."""
+        if len(self.rounds) < 2:
+            raise ValueError(f"drop_last_round: debate {self.debate_id} has no exchange round to drop")
+        turns = self.rounds.pop()
+        p, c = sum(t.prompt_tokens for t in turns), sum(t.completion_tokens for t in turns)
+        self.prompt_tokens -= p
+        self.completion_tokens -= c
+        self.discarded_rounds.append(turns)
+        self.add_extra_call(ExtraCall("regenerate", turns[0].round if turns else len(self.rounds), p, c))
+        return turns
 
     @property
     def n_agents(self) -> int:
@@ -127,6 +182,8 @@ class DebateTrace:
         if unknown:
             raise ValueError(f"DebateTrace.from_dict: unknown keys {sorted(unknown)}")
         d["rounds"] = [[AgentTurn.from_dict(t) for t in turns] for turns in d.get("rounds", [])]
+        d["discarded_rounds"] = [[AgentTurn.from_dict(t) for t in turns] for turns in d.get("discarded_rounds", [])]
+        d["extra_calls"] = [ExtraCall.from_dict(c) for c in d.get("extra_calls", [])]
         return cls(**d)
 
     def to_json(self) -> str:

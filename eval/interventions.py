@@ -1,0 +1,292 @@
+"""Evaluation methods with the seed papers' interventions, and their report (cost, judge quality, moderator).
+
+Method names are `<base>+<intervention>...`: the base is a debate or DEAR method of `eval.methods` (`mad`,
+`dear`, `dear-no-selection`, ...), the interventions are
+
+    judge                DRIFTJudge after every exchange round (detection only)
+    judge+policy         + DRIFTPolicy advice in the next round's prompts
+    judge+regenerate     + a flagged round redone once at a non-zero temperature
+    moderator            moderator (accept / ignore / demote) with the agenda state machine
+    moderator-noagenda   the moderator alone
+
+e.g. `mad+judge+policy`, `mad+judge+regenerate`, `mad+moderator`, `dear+judge+policy`.
+
+    python -m eval.interventions report --out results/eval-gsm8k-n30-s0 --benchmark gsm8k \\
+        --methods mad,mad+judge+policy,mad+judge+regenerate,mad+moderator
+
+reads the traces an `eval.run` results directory holds and writes `interventions.md` / `interventions.csv`:
+accuracy, debater and extra tokens, drift and recovery (FOCUS), the judge's confusion counts against the FOCUS
+labels, the moderator's rejection rate and the rounds per agenda stage.
+
+    python -m eval.interventions prime-cache --cache OUT/cache.sqlite --traces OLD/traces/gsm8k/mad.jsonl
+
+stores the answers of earlier traces in a response cache, so a new results directory reuses them (round 0 and
+every MAD / DEAR round an intervention leaves unchanged) instead of generating them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dear import metrics
+from dear.debate.engine import Debate, DebateConfig, DebateEngine
+from dear.debate.interventions import (
+    InterventionConfig,
+    InterventionProtocol,
+    judged_pairs,
+    summarize_interventions,
+)
+from dear.debate.trace import DebateTrace, read_jsonl
+from dear.llm.base import Backend
+from dear.tasks.types import Question
+from eval import methods as M
+
+INTERVENTIONS = ("judge", "policy", "regenerate", "moderator", "moderator-noagenda")
+EXAMPLES = ("mad+judge+policy", "mad+judge+regenerate", "mad+moderator", "dear+judge+policy")
+_LABELS = {"judge": "DRIFTJudge", "policy": "DRIFTPolicy", "regenerate": "Regenerate",
+           "moderator": "moderator + agenda", "moderator-noagenda": "moderator"}
+
+
+def is_intervention_method(name: str) -> bool:
+    return "+" in name
+
+
+def parse_intervention_method(name: str, **overrides: Any) -> tuple[M.MethodSpec, InterventionConfig]:
+    """`mad+judge+policy` -> (the base method's spec, the intervention config). `overrides` set other
+    InterventionConfig fields (thresholds, token limits). Unknown parts get an error naming them."""
+    base, *parts = [p.strip() for p in name.split("+")]
+    if not parts or not all(parts):
+        raise ValueError(f"method {name!r}: expected <base>+<intervention>[+...], e.g. {', '.join(EXAMPLES)}")
+    spec = M.METHODS.get(base)
+    if spec is None or spec.kind not in ("debate", "dear"):
+        debate_like = [n for n, s in M.METHODS.items() if s.kind in ("debate", "dear")]
+        raise ValueError(f"method {name!r}: base {base!r} is not a debate method; interventions wrap one of "
+                         f"{', '.join(debate_like)}")
+    unknown = [p for p in parts if p not in INTERVENTIONS]
+    if unknown:
+        raise ValueError(f"method {name!r}: unknown intervention(s) {unknown}; known: {', '.join(INTERVENTIONS)}")
+    if len(set(parts)) != len(parts) or ("moderator" in parts and "moderator-noagenda" in parts):
+        raise ValueError(f"method {name!r} names an intervention twice")
+    if ("policy" in parts or "regenerate" in parts) and "judge" not in parts:
+        raise ValueError(f"method {name!r}: policy and regenerate act on the judge's verdicts; write "
+                         f"{base}+judge+{'policy' if 'policy' in parts else 'regenerate'}")
+    moderator = "moderator" in parts or "moderator-noagenda" in parts
+    try:
+        cfg = InterventionConfig(judge="judge" in parts, policy="policy" in parts,
+                                 regenerate="regenerate" in parts, moderator=moderator,
+                                 agenda="moderator" in parts, **overrides)
+    except TypeError as e:
+        raise ValueError(f"method {name!r}: bad intervention option: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"method {name!r}: {e}") from None
+    return spec, cfg
+
+
+def intervention_spec(name: str) -> M.MethodSpec:
+    """The MethodSpec of an intervention method (kind and ablation switches of its base)."""
+    base, cfg = parse_intervention_method(name)
+    added = " + ".join(_LABELS[p] for p in name.split("+")[1:])
+    return replace(base, name=name, label=f"{base.label} + {added}",
+                   description=f"{base.description}; with {added} ({cfg.label()})")
+
+
+def build_intervention_method(name: str, base: DebateConfig, sc_samples: int = 0, ckpt: M.Checkpoint | None = None,
+                              encoder=None, seed: int = 0, backend: Backend | None = None,
+                              deterministic: bool = True, **overrides: Any) -> M.MethodRun:
+    """The DebateConfig and InterventionProtocol that run `name` (DEAR bases need the checkpoint and encoder).
+    `backend` serves the judge / feedback / moderator calls (None = the debaters' backend)."""
+    base_spec, cfg = parse_intervention_method(name, **overrides)
+    inner = M.build(base_spec, base, sc_samples, ckpt, encoder, seed=seed,  # the base method, then wrapped
+                    deterministic=deterministic)
+    return M.MethodRun(inner.config, InterventionProtocol(inner.protocol, cfg, backend=backend, name=name))
+
+
+def run_method(run: M.MethodRun, engine: DebateEngine, questions: Sequence[Question]) -> list[Debate]:
+    """Run a method's debates: intervention methods drive the engine themselves, the others go through it."""
+    if isinstance(run.protocol, InterventionProtocol):
+        return run.protocol.run(engine, questions)
+    return engine.run(questions, run.protocol)
+
+
+# ---------------------------------------------------------------- reusing stored traces
+def prime_cache(cache_path: str | Path, traces: Sequence[DebateTrace]) -> int:
+    """Store every successful debater turn of `traces` in the response cache at `cache_path`, under the key the
+    engine's request for that turn has (model id, messages, sampling, seed). A later eval.run with the same
+    settings then reuses those answers: round 0 for every method, and the rounds of MAD / DEAR that an
+    intervention leaves unchanged. Regenerated (discarded) rounds are not stored: they answered no request that
+    a kept round did. Existing entries are kept. Returns the number of turns stored."""
+    import dataclasses
+    import json
+    import sqlite3
+    import time
+
+    from dear.llm.base import ChatMessage, ChatRequest, Completion
+    from dear.llm.cache import _SCHEMA, cache_key
+
+    rows = []
+    for t in traces:
+        for turns in t.rounds:
+            for turn in turns:
+                if turn.error is not None or not turn.model_id:
+                    continue
+                req = ChatRequest(messages=tuple(ChatMessage(m["role"], m["content"]) for m in turn.messages),
+                                  temperature=turn.temperature, top_p=turn.top_p, max_tokens=turn.max_tokens,
+                                  seed=turn.seed)
+                comp = Completion(turn.text, turn.prompt_tokens, turn.completion_tokens, turn.finish_reason,
+                                  turn.latency_s, reused_prompt_tokens=turn.reused_prompt_tokens)
+                rows.append((cache_key(turn.model_id, req), turn.model_id,
+                             json.dumps(dataclasses.asdict(comp), ensure_ascii=False), time.time()))
+    Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(cache_path, timeout=60, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(_SCHEMA)
+        db.execute("BEGIN IMMEDIATE")
+        before = db.total_changes
+        db.executemany("INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+        return db.total_changes - before
+    finally:
+        db.close()
+
+
+# ---------------------------------------------------------------- report
+def judge_confusion(traces: Sequence[DebateTrace]) -> metrics.Detection:
+    """DRIFTJudge's verdicts against the FOCUS labels (drift = the judged round's group score fell below the
+    previous round's), over every judged round including rounds later regenerated."""
+    pairs = judged_pairs(traces)
+    predicted = [p for p, _, _ in pairs]
+    actual = [metrics.focus_drift_label(prev["answers"], prev["correct"], cur["answers"], cur["correct"])
+              for _, prev, cur in pairs]
+    return metrics.detection(predicted, actual)
+
+
+def method_row(benchmark: str, method: str, traces: Sequence[DebateTrace], seed: int = 0) -> dict[str, Any]:
+    """One table row: accuracy, tokens (debaters vs extra), drift/recovery, judge and moderator numbers."""
+    from eval.report import trace_to_record
+
+    summary = metrics.summarize([trace_to_record(t) for t in traces], seed=seed)
+    iv = summarize_interventions(traces)
+    det = judge_confusion(traces)
+    row: dict[str, Any] = {
+        "benchmark": benchmark, "method": method, "n": summary.n,
+        "accuracy": summary.accuracy.mean, "acc_ci_low": summary.accuracy.low, "acc_ci_high": summary.accuracy.high,
+        "debater_tokens_per_q": iv.debater_tokens / max(1, len(traces)),
+        "extra_tokens_per_q": iv.extra_tokens / max(1, len(traces)),
+        "extra_overhead": iv.overhead,
+        "drifted_pct": 100 * summary.drifted.rate, "drifted_num": summary.drifted.num,
+        "drifted_den": summary.drifted.den, "recovered_pct": 100 * summary.recovered.rate,
+        "recovered_num": summary.recovered.num,
+    }
+    row.update({f"judge_{k}": v for k, v in det.to_row().items()} if det.n else {})
+    row.update(iv.to_row())
+    return row
+
+
+def _fmt(x: Any, pct: bool = False) -> str:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "-"
+        return f"{100 * x:.1f}%" if pct else f"{x:,.2f}"
+    return str(x)
+
+
+def markdown(rows: Sequence[dict[str, Any]], command: str, synthetic: bool) -> str:
+    title = "# Interventions" + (" (SYNTHETIC: sim backend)" if synthetic else "")
+    lines = [title, "", f"Command: `{command}`", "",
+             "| benchmark | method | n | accuracy [95% CI] | debater tok/q | extra tok/q (overhead) | drifted | "
+             "recovered | judge TP/FP/TN/FN | precision | recall | specificity | judge acc | malformed verdicts | "
+             "moderator rejection | rounds per stage |",
+             "|" + "---|" * 16]
+    for r in rows:
+        judge = (f"{r['judge_tp']}/{r['judge_fp']}/{r['judge_tn']}/{r['judge_fn']}" if "judge_tp" in r else "-")
+        stages = ", ".join(f"{k[len('rounds_'):]}={v}" for k, v in r.items() if k.startswith("rounds_") and v)
+        rej = (f"{_fmt(r['rejection_rate'], True)} ({r['moderator_ignore']} ignored, {r['moderator_demote']} "
+               f"demoted of {r['moderator_rated']}; {r['moderator_malformed']} malformed)"
+               if r["moderator_rated"] else "-")
+        lines.append(" | ".join([
+            f"| {r['benchmark']}", r["method"], str(r["n"]),
+            f"{_fmt(r['accuracy'], True)} [{_fmt(r['acc_ci_low'], True)}, {_fmt(r['acc_ci_high'], True)}]",
+            f"{r['debater_tokens_per_q']:,.0f}", f"{r['extra_tokens_per_q']:,.0f} ({_fmt(r['extra_overhead'], True)})",
+            f"{_fmt(r['drifted_pct'] / 100, True)} ({r['drifted_num']}/{r['drifted_den']})",
+            f"{_fmt(r['recovered_pct'] / 100, True)} ({r['recovered_num']})", judge,
+            _fmt(r.get("judge_precision", math.nan)), _fmt(r.get("judge_recall", math.nan)),
+            _fmt(r.get("judge_specificity", math.nan)), _fmt(r.get("judge_accuracy", math.nan)),
+            f"{r['judge_malformed']}/{r['judge_verdicts']}" if r["judge_verdicts"] else "-", rej, stages or "-",
+        ]) + " |")
+    lines += ["", "Debater tokens = the kept debater turns; extra tokens = judge, feedback and moderator calls plus "
+              "regenerated (discarded) debater rounds. Judge labels: FOCUS < 0 between the two judged rounds "
+              "(group plurality score, dear/metrics.py). Malformed verdicts count as 'no drift'."]
+    return "\n".join(lines) + "\n"
+
+
+def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str = "") -> list[dict[str, Any]]:
+    """Rows for `methods` from an eval.run results directory (on the questions every method finished)."""
+    out = Path(out)
+    loaded: dict[str, list[DebateTrace]] = {}
+    for m in methods:
+        path = out / "traces" / benchmark / f"{m}.jsonl"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no traces of method {m!r} (run `python -m eval.run` first)")
+        latest = {t.question_id: t for t in read_jsonl(path)}  # last write wins, as in eval.run
+        loaded[m] = list(latest.values())
+    common = set.intersection(*({t.question_id for t in ts} for ts in loaded.values()))
+    if not common:
+        raise ValueError(f"{out}: the methods {list(methods)} share no finished question")
+    rows = [method_row(benchmark, m, sorted((t for t in ts if t.question_id in common), key=lambda t: t.question_id))
+            for m, ts in loaded.items()]
+    synthetic = any(mid.startswith("sim") for ts in loaded.values() for t in ts for mid in t.model_ids)
+    (out / "interventions.md").write_text(markdown(rows, command, synthetic), encoding="utf-8")
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with (out / "interventions.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import shlex
+
+    p = argparse.ArgumentParser(prog="python -m eval.interventions", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("report", help="tables from an eval.run results directory")
+    r.add_argument("--out", required=True, help="an eval.run results directory")
+    r.add_argument("--benchmark", required=True)
+    r.add_argument("--methods", required=True, help="comma-separated method names with traces in --out")
+    c = sub.add_parser("prime-cache", help="store the answers of finished traces in a response cache")
+    c.add_argument("--cache", required=True, help="response cache file (eval.run's OUT/cache.sqlite)")
+    c.add_argument("--traces", required=True, help="comma-separated trace files (*.jsonl) to take answers from")
+    a = p.parse_args(argv)
+    if a.cmd == "prime-cache":
+        total = 0
+        for path in [x.strip() for x in a.traces.split(",") if x.strip()]:
+            if not Path(path).exists():
+                raise FileNotFoundError(f"--traces {path}: no such file")
+            n = prime_cache(a.cache, read_jsonl(path))
+            print(f"{path}: {n} answers stored in {a.cache}")
+            total += n
+        return 0
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    for m in methods:
+        if is_intervention_method(m):
+            parse_intervention_method(m)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    report(a.out, a.benchmark, methods, "python -m eval.interventions " + shlex.join(argv_list))
+    print((Path(a.out) / "interventions.md").read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
