@@ -27,6 +27,7 @@ The fitted sim is then replayed on the same schedules (same per-agent temperatur
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -556,14 +557,62 @@ def likelihood_parts(p: SimParams, data: Sequence[DebateRecord] | FitData,
     return LikelihoodParts(_logmeanexp(ll0), _logmeanexp(per_q), counts)
 
 
+def _wrong_signatures(records: Sequence[DebateRecord]) -> list[tuple[int, ...]]:
+    """Per question: the block sizes of its round-0 wrong answers grouped by equal answer (None = its own block)."""
+    out = []
+    for rec in records:
+        wrong = [t.answer for t in rec.rounds[0] if not t.correct]
+        if len(wrong) < 2:
+            continue
+        counts = Counter(a for a in wrong if a is not None)
+        out.append(tuple(sorted(list(counts.values()) + [1] * sum(a is None for a in wrong), reverse=True)))
+    return out
+
+
+def _signature_probs(u: float, lam: float, m: int) -> dict[tuple[int, ...], float]:
+    """P(block sizes) of m independent wrong draws: unique w.p. u, else distractor i w.p. softmax(−λ·i)."""
+    w = np.exp(-lam * np.arange(N_DISTRACTORS))
+    probs = np.concatenate([[u], (1 - u) * w / w.sum()])  # label 0 = idiosyncratic
+    out: dict[tuple[int, ...], float] = {}
+    for labels in itertools.product(range(len(probs)), repeat=m):
+        counts = Counter(x for x in labels if x > 0)
+        sig = tuple(sorted(list(counts.values()) + [1] * labels.count(0), reverse=True))
+        out[sig] = out.get(sig, 0.0) + float(np.prod(probs[list(labels)]))
+    return out
+
+
 def fit_wrong_answers(records: Sequence[DebateRecord], base: SimParams) -> tuple[SimParams, dict[str, Any]]:
-    """u and λ from round-0 wrong answers: only κ = P(two wrong answers coincide) is identified by pairs, so κ is
-    matched (its MLE is the observed pair rate) and the split between u and λ is reported as not identified."""
+    """u (p_unique_wrong) and λ (distractor_decay) by maximum likelihood of how round-0 wrong answers to the same
+    question coincide (pairs and triples). Pairs alone identify only κ = (1 − u)²·Σw²; triples separate u and λ."""
+    sigs = _wrong_signatures(records)
     agreement = _wrong_pair_agreement(records)
-    if agreement.n == 0:
-        return base, {"wrong_pair_agreement": [0, 0], "kappa": None}
-    p = fit_distractors(replace(base, p_unique_wrong=0.0, distractor_decay=1.5), agreement, N_DISTRACTORS)
-    return p, {"wrong_pair_agreement": [agreement.k, agreement.n], "kappa": kappa_of(p)}
+    info: dict[str, Any] = {"wrong_pair_agreement": [agreement.k, agreement.n], "wrong_answer_questions": len(sigs)}
+    if not sigs:
+        info.update(kappa=None, wrong_answers_identified=False)
+        return base, info
+    sig_counts = Counter(sigs)
+
+    def nll(th: np.ndarray) -> float:
+        u, lam = float(sigmoid(th[0])), float(math.exp(th[1]))
+        by_m = {m: _signature_probs(u, lam, m) for m in {sum(sig) for sig in sig_counts}}
+        total = 0.0
+        for sig, c in sig_counts.items():
+            total -= c * math.log(max(by_m[sum(sig)].get(sig, 0.0), 1e-300))
+        return total
+
+    res = minimize(nll, np.array([logit_scalar(0.1), math.log(1.5)]), method="L-BFGS-B",
+                   bounds=[(-_BOUND, _BOUND), (-4.0, 3.5)])
+    u, lam = float(sigmoid(res.x[0])), float(math.exp(res.x[1]))
+    p = replace(base, p_unique_wrong=u, distractor_decay=lam)
+    H = _numeric_hessian(nll, res.x)
+    se = None
+    if np.linalg.eigvalsh(H).min() > 1e-8:
+        se = np.sqrt(np.diag(np.linalg.inv(H))).tolist()
+    at_bound = [abs(res.x[0]) > _BOUND - 1e-3, res.x[1] < -4 + 1e-3 or res.x[1] > 3.5 - 1e-3]
+    ok = se is not None and not any(at_bound) and max(se) <= SE_LIMIT
+    info.update(kappa=kappa_of(p), logit_u=float(res.x[0]), log_lambda=float(res.x[1]), se=se,
+                wrong_answers_identified=bool(ok), questions_with_3_wrong=sum(sum(sig) >= 3 for sig in sigs))
+    return p, info
 
 
 def fit_words(records_turns: Sequence[tuple[float, int, bool]]) -> dict[str, Any]:
@@ -622,7 +671,7 @@ def fit_mle(records: Sequence[DebateRecord], init: SimParams | None = None) -> M
     init = SimParams.from_dict({**(init or SimParams()).to_dict(), "skills": [(init or SimParams()).skill(a)
                                                                              for a in range(V)]})
     p_wrong, wrong_info = fit_wrong_answers(records, init)
-    kappa = wrong_info["kappa"] if wrong_info["kappa"] is not None else kappa_of(init)
+    kappa = kappa_of(p_wrong)
     trs = transitions(records)
     top_ps = [t.top_p for rec in records for turns in rec.rounds for t in turns]
     temps_ex = [t.temperature for t in trs]
@@ -669,11 +718,10 @@ def fit_mle(records: Sequence[DebateRecord], init: SimParams | None = None) -> M
             why[n] = "exchange-round temperature never varied"
     if not fit_top_p:
         why["top_p_weight"] = "top-p never varied (kept at the optimiser's start value)"
-    if wrong_info["kappa"] is None:
-        why["p_unique_wrong"] = why["distractor_decay"] = "no pair of wrong round-0 answers"
-    else:
-        why["p_unique_wrong / distractor_decay"] = ("only κ = (1−u)²·Σw² is identified by wrong-answer pairs; "
-                                                    f"κ = {kappa:.3f}, split set with u = 0 if κ > Σw²(λ=1.5)")
+    if not wrong_info["wrong_answers_identified"]:
+        why["p_unique_wrong / distractor_decay"] = (
+            f"wrong-answer coincidences do not pin them down ({wrong_info.get('wrong_answer_questions', 0)} questions "
+            f"with >= 2 wrong round-0 answers, s.e. {wrong_info.get('se')}); kept at the optimiser's end point")
     identified = {n: n not in why for n in names}
     fitted = _theta_to_params(th, layout, base, V)
     info = {"converged": bool(res.success), "message": str(res.message), "nll": float(res.fun),
