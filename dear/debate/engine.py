@@ -45,6 +45,10 @@ class DebateConfig:
     # Exchange-round prompt layout (dear/debate/prompts.py): "multiturn" (Du et al.'s growing conversation,
     # whose prefix a KV-cache slot reuses) or "single" (one fresh message per round).
     layout: str = "single"
+    # "Silent" agents (issue 14, off by default): an agent whose mask reads nobody keeps its previous answer
+    # without a model call; its turn copies the previous one with 0 tokens and `silent=True`. The paper
+    # regenerates alone (pruning then saves only prompt tokens); with silent, the mask also controls completions.
+    silent: bool = False
 
     def __post_init__(self):
         if self.n_agents < 1:
@@ -182,6 +186,7 @@ class _Pending:
     request: ChatRequest
     peers: list[int]
     truncated_peers: int
+    silent: bool = False  # no model call: the turn repeats the previous one (DebateConfig.silent)
 
 
 @dataclass(frozen=True)
@@ -394,6 +399,9 @@ class DebateEngine:
         r = d.round + 1
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
+            if cfg.silent and not peers and prev[i].error is None:
+                out.append(self._silent(d, i, r, ctl))
+                continue
             build = self._prompt_builder(d, i, peers)
             messages, truncated, max_tokens = self._fit_context(
                 d, i, build, self.backends[self.agent_keys[i]]
@@ -403,6 +411,13 @@ class DebateEngine:
                 own_answer=prev[i].answer_key, peer_answers=[prev[j].answer_key for j in peers],
             ))
         return out
+
+    def _silent(self, d: Debate, agent: int, round_: int, ctl: RoundControl) -> _Pending:
+        """A turn that is not sent: the agent reads nobody and keeps its answer (DebateConfig.silent)."""
+        p = self._request(d, agent, round_, [], ctl.temperature[agent], ctl.top_p[agent], [], 0, 0,
+                          own_answer=d.last_turns[agent].answer_key)
+        p.silent = True
+        return p
 
     def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
         return sum(backend.count_tokens(m.content) + _MSG_OVERHEAD_TOKENS for m in messages)
@@ -509,7 +524,10 @@ class DebateEngine:
         return out  # type: ignore[return-value]
 
     def _execute(self, pending: list[_Pending]) -> None:
-        completions = self._generate_all(pending)
+        sent = [p for p in pending if not p.silent]
+        generated = iter(self._generate_all(sent) if sent else [])
+        completions = [Completion(p.debate.last_turns[p.agent].text, 0, 0, "silent", 0.0) if p.silent
+                       else next(generated) for p in pending]
         by_debate: dict[int, list[AgentTurn]] = {}
         debates: dict[int, Debate] = {}
         for p, c in zip(pending, completions):
@@ -557,6 +575,7 @@ class DebateEngine:
             finish_reason=c.finish_reason, latency_s=float(c.latency_s), error=c.error,
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
+            silent=p.silent,
         )
 
     def _finalize(self, d: Debate) -> None:

@@ -43,6 +43,7 @@ class AgentTurn:
     model_id: str = ""
     max_tokens: int = 0
     reused_prompt_tokens: int = 0  # of prompt_tokens, those the server reused from its KV cache
+    silent: bool = False  # no model call: the agent read nobody and kept its previous turn (DebateConfig.silent)
 
     @property
     def computed_prompt_tokens(self) -> int:

@@ -330,7 +330,17 @@ class SimBackend(Backend):
     synthetic = True
     context_length = 32768
 
-    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0):
+    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0,
+                 params_file: str | Path | None = None):
+        """`params_file` (e.g. `llm.options.params_file` in a train config): a SimParams JSON such as the fit
+        written by `python -m eval.fit_corpus`; `params` given with it must be a dict of overrides."""
+        if params_file is not None:
+            if not isinstance(params_file, (str, Path)) or not str(params_file).strip():
+                raise ValueError(f"SimBackend params_file must be a path, got {params_file!r}")
+            if params is not None and not isinstance(params, dict):
+                raise ValueError("SimBackend: with params_file, params may only be a dict of overrides")
+            base = SimParams.from_json(params_file).to_dict()
+            params = SimParams.from_dict({**base, **(params or {})})
         if params is None:
             params = SimParams()
         elif isinstance(params, dict):
