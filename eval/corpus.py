@@ -269,26 +269,31 @@ def collect(run: RunDir, s: Settings, backend: Backend, n_logging: int, n_mad: i
     for kind, questions in split_questions(s, n_logging, n_mad).items():
         done = run.done(kind)
         todo = [q for q in questions if q.id not in done]
-        if not todo:
-            continue
-        t0 = time.perf_counter()
-        counter = {"n": 0, "failed": 0}
+        if todo:
+            _collect_kind(run, s, engine, kind, protocols[kind], todo, max_in_flight)
 
-        def on_done(d: Debate, kind: str = kind) -> None:
-            if d.failed:  # not recorded: the same command redoes it
-                counter["failed"] += 1
-                log.error("%s debate %s failed (%s); not recorded", kind, d.debate_id, d.error)
-                return
-            policy_doc = (policy.describe(d.debate_id) if kind == "logging" else
-                          {"temperature": s.mad_temperature, "top_p": s.mad_top_p, "mask": "full"})
-            run.corpus.append({"kind": kind, "layout": s.layout, "policy": policy_doc, "written_at": _utc_now(),
-                               "trace": d.trace.to_dict()})
-            counter["n"] += 1
-            log.info("%s %d/%d %s (%.0f s)", kind, counter["n"], len(todo), d.debate_id, time.perf_counter() - t0)
 
-        engine.run_concurrent(todo, protocols[kind], max_in_flight, on_done=on_done)
-        print(f"{kind}: {counter['n']} debate(s) added, {counter['failed']} failed, "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)
+def _collect_kind(run: RunDir, s: Settings, engine: DebateEngine, kind: str, protocol, todo: Sequence[Question],
+                  max_in_flight: int) -> None:
+    """Run one kind's missing debates concurrently, appending each to the corpus as soon as it finishes."""
+    t0 = time.perf_counter()
+    counter = {"n": 0, "failed": 0}
+
+    def on_done(d: Debate) -> None:
+        if d.failed:  # not recorded: the same command redoes it
+            counter["failed"] += 1
+            log.error("%s debate %s failed (%s); not recorded", kind, d.debate_id, d.error)
+            return
+        policy_doc = (protocol.describe(d.debate_id) if kind == "logging" else
+                      {"temperature": s.mad_temperature, "top_p": s.mad_top_p, "mask": "full"})
+        run.corpus.append({"kind": kind, "layout": s.layout, "policy": policy_doc, "written_at": _utc_now(),
+                           "trace": d.trace.to_dict()})
+        counter["n"] += 1
+        log.info("%s %d/%d %s (%.0f s)", kind, counter["n"], len(todo), d.debate_id, time.perf_counter() - t0)
+
+    engine.run_concurrent(todo, protocol, max_in_flight, on_done=on_done)
+    print(f"{kind}: {counter['n']} debate(s) added, {counter['failed']} failed, {time.perf_counter() - t0:.0f} s",
+          flush=True)
 
 
 def _utc_now() -> str:
