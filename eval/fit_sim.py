@@ -20,6 +20,8 @@ What is estimated (all from the traces' rounds[r][agent]: answer_key, correct, t
   integrated out jointly with its round-0 answers.
 Gaussian priors centred on the defaults keep small logs (tens of transitions) from producing wild values; a
 parameter the logs cannot inform (e.g. top_p_weight when top-p never varied) stays at its default.
+For a corpus (issue 14) use `fit_mle` instead (via `python -m eval.fit_corpus`): joint maximum likelihood of
+every parameter with no priors, an identification report, and out-of-sample validation.
 The fitted sim is then replayed on the same schedules (same per-agent temperatures, top-p and peer masks,
 `--replicates` synthetic questions per logged debate) and its rates are printed beside the real ones.
 """

@@ -155,3 +155,16 @@ def test_cli_errors_are_named(tmp_path):
         fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--holdout", "1.5"])
     with pytest.raises(SystemExit, match="corpus file not found"):
         fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o")])
+
+
+@pytest.mark.slow
+def test_pipeline_on_a_real_smoke_model_corpus(tmp_path):
+    """Collect a tiny real corpus with the smoke model, fit it and write the reports (numbers are meaningless
+    at this size; what is tested is that real traces flow through and unidentified parameters are reported)."""
+    out = tmp_path / "smoke-corpus"
+    corpus.main(["--llm", "smoke", "--task", "gsm8k", "--layout", "multiturn", "--out", str(out), "--n-logging", "5",
+                 "--n-mad", "2", "--rounds", "1", "--max-tokens", "32", "--parallel", "3", "--n-ctx", "2048"])
+    result = fit_corpus.run(out, tmp_path / "fit", holdout=0.4, seed=0, sim_questions=20, command="test")
+    assert result["n_train_debates"] == 3 and result["loglik_per_transition"]
+    assert result["identification"]["not_identified"]  # 3 debates cannot identify 14 parameters
+    assert (tmp_path / "fit" / "fit_report.md").exists()

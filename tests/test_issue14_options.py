@@ -103,3 +103,18 @@ def test_stylised_world_is_kept_and_the_default_world_is_unchanged():
     assert sty["run"]["name"] == "sim-stylised"
     assert "params_file" not in sim["llm"]["options"]
 
+
+
+@pytest.mark.slow
+def test_silent_agent_with_the_real_smoke_model():
+    from dear import tasks
+    from dear.llm.registry import make_backend
+
+    with make_backend("smoke", n_parallel=3, n_ctx=2048) as be:
+        eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=1, max_tokens=24, silent=True))
+        (d,) = eng.run(tasks.load("gsm8k", split="test", n=1, seed=0), FixedMaskProtocol(MASK, 1, 0.7, 0.9))
+    assert not d.failed
+    quiet, others = d.trace.rounds[1][0], d.trace.rounds[1][1:]
+    assert quiet.silent and quiet.completion_tokens == 0 and quiet.text == d.trace.rounds[0][0].text
+    assert all(not t.silent and t.completion_tokens > 0 and t.messages for t in others)
+    assert eng.stats.requests == 3 + 2  # round 0, then only the two agents that read a peer
