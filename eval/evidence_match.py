@@ -41,7 +41,7 @@ from dear.debate.protocols import MADProtocol
 from dear.evidence import Encoder, make_encoder, pairwise_evidence
 from dear.llm.sim import SimBackend, SimParams
 from dear.tasks.synthetic import load_synthetic
-from eval.fit_corpus import load_corpus, split_by_question
+from eval.fit_corpus import Corpus, load_corpus, split_by_question
 
 log = logging.getLogger("eval.evidence_match")
 PROG = "python -m eval.evidence_match"
@@ -167,9 +167,32 @@ def report_markdown(res: dict[str, Any], command: str, encoder: str, synthetic_c
     return "\n".join(lines) + "\n"
 
 
-def run(corpus_dir: str | Path, out: str | Path, encoder_spec: str, params: SimParams, n_sim: int, holdout: float,
-        seed: int, command: str) -> dict[str, Any]:
-    corpus = load_corpus(corpus_dir)
+def corpus_from_traces(paths: Sequence[str | Path]) -> Corpus:
+    """Plain DebateTrace JSONL files (e.g. eval.run's traces) as a corpus whose debates are all split by question."""
+    traces = []
+    for path in paths:
+        for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    t = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}:{lineno}: not JSON ({e})") from None
+                if not isinstance(t, dict) or "rounds" not in t:
+                    raise ValueError(f"{path}:{lineno}: not a DebateTrace (no 'rounds')")
+                if not t.get("failed") and len(t["rounds"]) >= 1:
+                    traces.append(t)
+    if not traces:
+        raise ValueError(f"no usable debate traces in {[str(p) for p in paths]}")
+    first = traces[0]
+    settings = {"llm": (first.get("model_ids") or [""])[0], "n_agents": len(first["rounds"][0]),
+                "n_rounds": max(len(t["rounds"]) for t in traces) - 1,
+                "max_tokens": max((x.get("max_tokens") or 0) for t in traces for r in t["rounds"] for x in r) or 384}
+    return Corpus(settings, traces, [])
+
+
+def run(corpus_dir: str | Path | Corpus, out: str | Path, encoder_spec: str, params: SimParams, n_sim: int,
+        holdout: float, seed: int, command: str) -> dict[str, Any]:
+    corpus = corpus_dir if isinstance(corpus_dir, Corpus) else load_corpus(corpus_dir)
     train, test = split_by_question(corpus.logging, holdout, seed)
     out = Path(out)
     bank = build_text_bank(train)
@@ -183,8 +206,11 @@ def run(corpus_dir: str | Path, out: str | Path, encoder_spec: str, params: SimP
             "sim after (bank texts)": pair_evidence(simulate_traces(params, corpus.settings, n_sim, seed, bank_path),
                                                     encoder)}
     res = compare(real, sims)
-    synthetic = str(corpus.settings.get("llm", "")).split(":")[0] == "sim"
-    (out / "evidence_report.md").write_text(report_markdown(res, command, encoder_spec, synthetic))
+    synthetic = str(corpus.settings.get("llm", "")).split(":")[0] in ("sim", "sim-v1")
+    sizes = (f"Real pairs from {len(test) + len(corpus.mad)} debates on {len({t['question_id'] for t in test})} held-out "
+             f"+ {len({t['question_id'] for t in corpus.mad})} MAD questions; bank: {bank['n_texts']} texts of "
+             f"{len(bank['questions'])} training questions; sim: {n_sim} MAD debates, seed {seed}.")
+    (out / "evidence_report.md").write_text(report_markdown(res, command, encoder_spec, synthetic) + "\n" + sizes + "\n")
     (out / "evidence_report.json").write_text(json.dumps({"command": command, "encoder": encoder_spec,
                                                           "bank": str(bank_path), "n_bank_texts": bank["n_texts"],
                                                           "results": res}, indent=2) + "\n")
@@ -193,7 +219,9 @@ def run(corpus_dir: str | Path, out: str | Path, encoder_spec: str, params: SimP
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus", help="corpus directory (python -m eval.corpus)")
+    src.add_argument("--traces", nargs="+", help="or DebateTrace JSONL files (all split by question)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--encoder", default="minilm", help="the encoder used at evaluation (default minilm)")
     ap.add_argument("--params", help="SimParams JSON (e.g. the fit); default: SimParams() defaults")
@@ -209,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     try:
         params = SimParams.from_json(a.params) if a.params else SimParams()
-        run(a.corpus, a.out, a.encoder, params, a.sim_debates, a.holdout, a.seed, command)
+        source = a.corpus if a.corpus else corpus_from_traces(a.traces)
+        run(source, a.out, a.encoder, params, a.sim_debates, a.holdout, a.seed, command)
     except ValueError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
     print((Path(a.out) / "evidence_report.md").read_text())
