@@ -85,12 +85,12 @@ def test_heldout_likelihood_beats_the_null_and_calibration_holds(fitted):
 def test_data_from_other_parameters_fit_worse_out_of_sample():
     """A wrong structure shows up: parameters fitted on another world lose held-out likelihood."""
     other = replace(TRUE, switch_bias=0.5, switch_agree=0.0, self_revise_bias=0.0, p_resolve=0.9)
-    sched = fit_sim.random_schedules(500, rounds=2, seed=4)
+    sched = fit_sim.random_schedules(300, rounds=2, seed=4)
     a = fit_sim.simulate(SimBackend(TRUE, seed=1), sched, 1, seed=2)
     b = fit_sim.simulate(SimBackend(other, seed=1), sched, 1, seed=3)
-    fit_a = fit_sim.fit_mle(a[:400]).params
-    fit_b = fit_sim.fit_mle(b[:400]).params
-    test_a = FitData.of(a[400:])
+    fit_a = fit_sim.fit_mle(a[:240]).params
+    fit_b = fit_sim.fit_mle(b[:240]).params
+    test_a = FitData.of(a[240:])
     ll_right = fit_corpus.heldout_loglik(fit_a, test_a)
     ll_wrong = fit_corpus.heldout_loglik(fit_b, test_a)
     assert ll_right > ll_wrong + 0.05 * len(test_a.transitions), (ll_right, ll_wrong)
