@@ -20,6 +20,8 @@ What is estimated (all from the traces' rounds[r][agent]: answer_key, correct, t
   integrated out jointly with its round-0 answers.
 Gaussian priors centred on the defaults keep small logs (tens of transitions) from producing wild values; a
 parameter the logs cannot inform (e.g. top_p_weight when top-p never varied) stays at its default.
+For a corpus (issue 14) use `fit_mle` instead (via `python -m eval.fit_corpus`): joint maximum likelihood of
+every parameter with no priors, an identification report, and out-of-sample validation.
 The fitted sim is then replayed on the same schedules (same per-agent temperatures, top-p and peer masks,
 `--replicates` synthetic questions per logged debate) and its rates are printed beside the real ones.
 """
@@ -27,6 +29,7 @@ The fitted sim is then replayed on the same schedules (same per-agent temperatur
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -62,7 +65,7 @@ log = logging.getLogger("eval.fit_sim")
 DEFAULT_OUT = "results/sim_fit/params_synthetic_fit.json"
 DEFAULT_REPORT = "results/sim_fit/fit_report.md"
 TEMP_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 2.01))
-_N_GRID = 64  # quadrature points over question difficulty δ ∈ (0, 1)
+_N_GRID = 32  # quadrature points over question difficulty δ ∈ (0, 1)
 _DELTA = (np.arange(_N_GRID) + 0.5) / _N_GRID
 
 
@@ -120,6 +123,22 @@ def _turn_from_dict(d: dict[str, Any], where: str) -> Turn:
         raise ValueError(f"{where}: bad agent turn ({type(e).__name__}: {e})") from e
 
 
+def record_from_dict(d: dict[str, Any], where: str) -> DebateRecord | None:
+    """One DebateTrace dict → a record (None for a failed debate: its rounds are incomplete)."""
+    if not isinstance(d, dict) or "rounds" not in d:
+        raise ValueError(f"{where}: not a DebateTrace (no 'rounds' key)")
+    if d.get("failed"):
+        log.warning("%s: skipping failed debate %s", where, d.get("debate_id"))
+        return None
+    rounds = [[_turn_from_dict(t, f"{where} round {r}") for t in turns] for r, turns in enumerate(d["rounds"])]
+    for r, turns in enumerate(rounds):
+        if [t.agent for t in turns] != list(range(len(turns))):
+            raise ValueError(f"{where}: round {r} agents are {[t.agent for t in turns]}, expected 0..V-1")
+    if not rounds:
+        return None
+    return DebateRecord(str(d.get("question_id", where)), rounds)
+
+
 def read_traces(path: str | Path) -> list[DebateRecord]:
     """DebateTrace JSONL → records. Failed debates (trace.failed) are skipped: their rounds are incomplete."""
     path = Path(path)
@@ -135,17 +154,9 @@ def read_traces(path: str | Path) -> list[DebateRecord]:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: not JSON ({e})") from e
-            if not isinstance(d, dict) or "rounds" not in d:
-                raise ValueError(f"{where}: not a DebateTrace (no 'rounds' key)")
-            if d.get("failed"):
-                log.warning("%s: skipping failed debate %s", where, d.get("debate_id"))
-                continue
-            rounds = [[_turn_from_dict(t, f"{where} round {r}") for t in turns] for r, turns in enumerate(d["rounds"])]
-            for r, turns in enumerate(rounds):
-                if [t.agent for t in turns] != list(range(len(turns))):
-                    raise ValueError(f"{where}: round {r} agents are {[t.agent for t in turns]}, expected 0..V-1")
-            if rounds:
-                out.append(DebateRecord(str(d.get("question_id", f"line{lineno}")), rounds))
+            rec = record_from_dict(d, where)
+            if rec is not None:
+                out.append(rec)
     if not out:
         raise ValueError(f"{path}: no usable debates")
     return out
@@ -320,18 +331,49 @@ _TRANS_FIELDS = ("switch_bias", "switch_disagree", "switch_agree", "switch_temp"
 _TRANS_SD = np.array([1.0, 0.7, 0.7, 0.7, 1.0, 0.7, 1.0, 0.7])  # priors (p_resolve on the logit scale)
 
 
-def _transition_loglik_grid(p: SimParams, trs: Sequence[Transition], kappa: float) -> np.ndarray:
-    """(N, G) log-probability of each transition's outcome at each difficulty grid point."""
-    skill = np.array([p.skill(t.agent) for t in trs])[:, None]
+@dataclass(frozen=True)
+class OutcomeGrid:
+    """Per transition (rows) and difficulty grid point (columns): P(observed outcome), P(new answer correct)."""
+
+    log_prob: np.ndarray  # (N, G)
+    p_new_correct: np.ndarray  # (N, G)
+
+
+@dataclass(frozen=True)
+class TransitionArrays:
+    """Column arrays (N, 1) of a transition list, built once for repeated likelihood evaluations."""
+
+    agent: np.ndarray
+    temperature: np.ndarray
+    top_p: np.ndarray
+    n_dis: np.ndarray
+    n_agr: np.ndarray
+    own_none: np.ndarray
+    own_c: np.ndarray
+    share: np.ndarray
+    new_c: np.ndarray
+    same: np.ndarray
+
+    @classmethod
+    def of(cls, trs: Sequence[Transition]) -> TransitionArrays:
+        def col(f, dtype=float):
+            return np.array([f(t) for t in trs], dtype=dtype)[:, None]
+
+        return cls(col(lambda t: t.agent, int), col(lambda t: t.temperature), col(lambda t: t.top_p),
+                   col(lambda t: t.n_dis), col(lambda t: t.n_agr), col(lambda t: t.own is None, bool),
+                   col(lambda t: t.own_correct, bool), col(lambda t: t.gold_share), col(lambda t: t.new_correct, bool),
+                   col(lambda t: t.new is not None and t.new == t.own, bool))
+
+
+def transition_outcomes(p: SimParams, trs: Sequence[Transition] | TransitionArrays, kappa: float) -> OutcomeGrid:
+    """The sim's exact one-step law of each transition's outcome (correct / same wrong answer / other wrong
+    answer), at every difficulty grid point; `kappa` = P(two wrong draws coincide)."""
+    a = trs if isinstance(trs, TransitionArrays) else TransitionArrays.of(trs)
+    skills = np.array([p.skill(k) for k in range(int(a.agent.max()) + 1)]) if len(a.agent) else np.zeros(1)
+    skill = skills[a.agent]
     d = difficulty_logit(p, _DELTA)[None, :]
-    x = excess(p, np.array([t.temperature for t in trs]), np.array([t.top_p for t in trs]))[:, None]
-    n_dis = np.array([t.n_dis for t in trs])[:, None]
-    n_agr = np.array([t.n_agr for t in trs])[:, None]
-    own_none = np.array([t.own is None for t in trs])[:, None]
-    own_c = np.array([t.own_correct for t in trs])[:, None]
-    share = np.array([t.gold_share for t in trs])[:, None]
-    new_c = np.array([t.new_correct for t in trs])[:, None]
-    same = np.array([t.new is not None and t.new == t.own for t in trs])[:, None]
+    x = excess(p, a.temperature, a.top_p)
+    n_dis, n_agr, own_none, own_c, share, new_c, same = a.n_dis, a.n_agr, a.own_none, a.own_c, a.share, a.new_c, a.same
     q = p_correct(p, skill, d, x, resolve=True)  # (N, G)
     m = np.where(own_none, 1.0, p_move(p, n_dis, n_agr, x))
     rho = p.p_resolve
@@ -348,7 +390,13 @@ def _transition_loglik_grid(p: SimParams, trs: Sequence[Transition], kappa: floa
         np.where(new_c, p_c_from_c, 1 - p_c_from_c),
         np.where(new_c, p_c_from_w, np.where(same, p_same_w, p_other_w)),
     )
-    return np.log(np.clip(prob, 1e-9, 1.0))
+    p_new_c = np.where(own_c, p_c_from_c, p_c_from_w)
+    return OutcomeGrid(np.log(np.clip(prob, 1e-9, 1.0)), np.broadcast_to(p_new_c, prob.shape))
+
+
+def _transition_loglik_grid(p: SimParams, trs: Sequence[Transition], kappa: float) -> np.ndarray:
+    """(N, G) log-probability of each transition's outcome at each difficulty grid point."""
+    return transition_outcomes(p, trs, kappa).log_prob
 
 
 def fit_transitions(records: Sequence[DebateRecord], base: SimParams, prior: SimParams) -> tuple[SimParams, dict]:
@@ -396,6 +444,292 @@ def fit(records: Sequence[DebateRecord], prior: SimParams | None = None) -> tupl
     p, info2 = fit_transitions(records, p, prior)
     info.update(info2)
     return p, info
+
+
+# ---------------------------------------------------------------- maximum likelihood, no priors (issue 14)
+# Every dynamics parameter is estimated from the data alone. Conventions that are not estimates (any value gives
+# the same likelihood after re-parametrisation) are listed in MLE_CONVENTIONS and reported as such.
+MLE_CONVENTIONS = {
+    "t_ref": "reference temperature T0 of the excess x: shifts into the intercepts (c, a0, s0), not identifiable",
+    "top_p_ref": "reference top-p P0 of the excess x: shifts into the intercepts, not identifiable",
+    "skills (mean)": "the mean skill is absorbed in the difficulty centre c; skills are reported with mean 0",
+}
+_BOUND = 12.0  # |logit-scale parameters| (a logistic term beyond ±12 is a probability within 6e-6 of 0 or 1)
+N_DISTRACTORS = 3  # shared wrong answers per synthetic question (dear/tasks/synthetic.py)
+SIM_TEXT_OVERHEAD_WORDS = 18  # words of a sim completion outside its reasoning body (headers, conclusion, answer)
+
+
+@dataclass(frozen=True)
+class MLEParam:
+    name: str
+    lo: float
+    hi: float
+
+
+def _mle_layout(V: int, fit_top_p: bool) -> list[MLEParam]:
+    names = ["difficulty_center", "log_difficulty_scale", "temp_penalty"] + (["top_p_weight"] if fit_top_p else [])
+    names += [f"skill_{a}" for a in range(V - 1)]
+    names += ["switch_bias", "switch_disagree", "switch_agree", "switch_temp", "self_revise_bias",
+              "self_revise_temp", "logit_p_resolve", "resolve_bonus"]
+    bounds = {"log_difficulty_scale": (-3.0, 3.0), "top_p_weight": (-5.0, 5.0)}
+    return [MLEParam(n, *bounds.get(n, (-_BOUND, _BOUND))) for n in names]
+
+
+def _theta_to_params(th: np.ndarray, layout: Sequence[MLEParam], base: SimParams, V: int) -> SimParams:
+    v = dict(zip((q.name for q in layout), th.tolist()))
+    skills = [v[f"skill_{a}"] for a in range(V - 1)]
+    skills.append(-sum(skills))
+    return replace(
+        base, difficulty_center=v["difficulty_center"], difficulty_scale=math.exp(v["log_difficulty_scale"]),
+        temp_penalty=v["temp_penalty"], top_p_weight=v.get("top_p_weight", base.top_p_weight), skills=skills,
+        switch_bias=v["switch_bias"], switch_disagree=v["switch_disagree"], switch_agree=v["switch_agree"],
+        switch_temp=v["switch_temp"], self_revise_bias=v["self_revise_bias"], self_revise_temp=v["self_revise_temp"],
+        p_resolve=float(sigmoid(v["logit_p_resolve"])), resolve_bonus=v["resolve_bonus"],
+    )
+
+
+def _params_to_theta(p: SimParams, layout: Sequence[MLEParam], V: int) -> np.ndarray:
+    skills = [p.skill(a) for a in range(V)]
+    mean = float(np.mean(skills))
+    v = {"difficulty_center": p.difficulty_center - mean, "log_difficulty_scale": math.log(p.difficulty_scale),
+         "temp_penalty": p.temp_penalty, "top_p_weight": p.top_p_weight,
+         **{f"skill_{a}": skills[a] - mean for a in range(V - 1)},
+         "switch_bias": p.switch_bias, "switch_disagree": p.switch_disagree, "switch_agree": p.switch_agree,
+         "switch_temp": p.switch_temp, "self_revise_bias": p.self_revise_bias, "self_revise_temp": p.self_revise_temp,
+         "logit_p_resolve": float(np.clip(logit_scalar(p.p_resolve), -_BOUND, _BOUND)),
+         "resolve_bonus": p.resolve_bonus}
+    return np.array([float(np.clip(v[q.name], q.lo, q.hi)) for q in layout])
+
+
+def logit_scalar(x: float) -> float:
+    x = min(max(float(x), 1e-6), 1 - 1e-6)
+    return math.log(x / (1 - x))
+
+
+def kappa_of(p: SimParams) -> float:
+    """P(two independent wrong draws give the same answer) = (1 − u)²·Σ w_i²."""
+    return (1 - p.p_unique_wrong) ** 2 * float((distractor_weights(p, N_DISTRACTORS) ** 2).sum())
+
+
+def _logmeanexp(a: np.ndarray) -> np.ndarray:
+    m = a.max(1, keepdims=True)
+    return m[:, 0] + np.log(np.exp(a - m).mean(1))
+
+
+@dataclass(frozen=True)
+class LikelihoodParts:
+    """Per question: log ∫ P(round 0 | δ) dδ and log ∫ P(round 0, transitions | δ) dδ; transitions per question."""
+
+    round0: np.ndarray
+    joint: np.ndarray
+    n_transitions: np.ndarray
+
+    @property
+    def transitions_loglik(self) -> float:
+        """log P(all transitions | round 0), the quantity compared out of sample."""
+        return float((self.joint - self.round0).sum())
+
+
+@dataclass(frozen=True)
+class FitData:
+    """Records with their round-0 and transition arrays precomputed (the likelihood is evaluated many times)."""
+
+    records: Sequence[DebateRecord]
+    round0: tuple
+    transitions: list[Transition]
+    arrays: TransitionArrays
+    debate: np.ndarray
+
+    @classmethod
+    def of(cls, records: Sequence[DebateRecord]) -> FitData:
+        trs = transitions(records)
+        return cls(records, _round0_arrays(records), trs, TransitionArrays.of(trs),
+                   np.array([t.debate for t in trs], dtype=int))
+
+
+def likelihood_parts(p: SimParams, data: Sequence[DebateRecord] | FitData,
+                     kappa: float | None = None) -> LikelihoodParts:
+    data = data if isinstance(data, FitData) else FitData.of(data)
+    ll0 = _round0_lik_grid(p, data.records, data.round0)
+    per_q = ll0.copy()
+    if data.transitions:
+        grid = transition_outcomes(p, data.arrays, kappa_of(p) if kappa is None else kappa)
+        np.add.at(per_q, data.debate, grid.log_prob)
+    counts = np.bincount(data.debate, minlength=len(data.records))
+    return LikelihoodParts(_logmeanexp(ll0), _logmeanexp(per_q), counts)
+
+
+def _wrong_signatures(records: Sequence[DebateRecord]) -> list[tuple[int, ...]]:
+    """Per question: the block sizes of its round-0 wrong answers grouped by equal answer (None = its own block)."""
+    out = []
+    for rec in records:
+        wrong = [t.answer for t in rec.rounds[0] if not t.correct]
+        if len(wrong) < 2:
+            continue
+        counts = Counter(a for a in wrong if a is not None)
+        out.append(tuple(sorted(list(counts.values()) + [1] * sum(a is None for a in wrong), reverse=True)))
+    return out
+
+
+def _signature_probs(u: float, lam: float, m: int) -> dict[tuple[int, ...], float]:
+    """P(block sizes) of m independent wrong draws: unique w.p. u, else distractor i w.p. softmax(−λ·i)."""
+    w = np.exp(-lam * np.arange(N_DISTRACTORS))
+    probs = np.concatenate([[u], (1 - u) * w / w.sum()])  # label 0 = idiosyncratic
+    out: dict[tuple[int, ...], float] = {}
+    for labels in itertools.product(range(len(probs)), repeat=m):
+        counts = Counter(x for x in labels if x > 0)
+        sig = tuple(sorted(list(counts.values()) + [1] * labels.count(0), reverse=True))
+        out[sig] = out.get(sig, 0.0) + float(np.prod(probs[list(labels)]))
+    return out
+
+
+def fit_wrong_answers(records: Sequence[DebateRecord], base: SimParams) -> tuple[SimParams, dict[str, Any]]:
+    """u (p_unique_wrong) and λ (distractor_decay) by maximum likelihood of how round-0 wrong answers to the same
+    question coincide (pairs and triples). Pairs alone identify only κ = (1 − u)²·Σw²; triples separate u and λ."""
+    sigs = _wrong_signatures(records)
+    agreement = _wrong_pair_agreement(records)
+    info: dict[str, Any] = {"wrong_pair_agreement": [agreement.k, agreement.n], "wrong_answer_questions": len(sigs)}
+    if not sigs:
+        info.update(kappa=None, wrong_answers_identified=False)
+        return base, info
+    sig_counts = Counter(sigs)
+
+    def nll(th: np.ndarray) -> float:
+        u, lam = float(sigmoid(th[0])), float(math.exp(th[1]))
+        by_m = {m: _signature_probs(u, lam, m) for m in {sum(sig) for sig in sig_counts}}
+        total = 0.0
+        for sig, c in sig_counts.items():
+            total -= c * math.log(max(by_m[sum(sig)].get(sig, 0.0), 1e-300))
+        return total
+
+    res = minimize(nll, np.array([logit_scalar(0.1), math.log(1.5)]), method="L-BFGS-B",
+                   bounds=[(-_BOUND, _BOUND), (-4.0, 3.5)])
+    u, lam = float(sigmoid(res.x[0])), float(math.exp(res.x[1]))
+    p = replace(base, p_unique_wrong=u, distractor_decay=lam)
+    H = _numeric_hessian(nll, res.x)
+    se = None
+    if np.linalg.eigvalsh(H).min() > 1e-8:
+        se = np.sqrt(np.diag(np.linalg.inv(H))).tolist()
+    at_bound = [abs(res.x[0]) > _BOUND - 1e-3, res.x[1] < -4 + 1e-3 or res.x[1] > 3.5 - 1e-3]
+    ok = se is not None and not any(at_bound) and max(se) <= SE_LIMIT
+    info.update(kappa=kappa_of(p), logit_u=float(res.x[0]), log_lambda=float(res.x[1]), se=se,
+                wrong_answers_identified=bool(ok), questions_with_3_wrong=sum(sum(sig) >= 3 for sig in sigs))
+    return p, info
+
+
+def fit_words(records_turns: Sequence[tuple[float, int, bool]]) -> dict[str, Any]:
+    """words_base, words_per_temp: least squares (the Gaussian MLE) of completion tokens on temperature over the
+    turns that were not cut at max_tokens; `records_turns` = (temperature, completion tokens, cut)."""
+    rows = [(t, n) for t, n, cut in records_turns if not cut]
+    if len(rows) < 3 or float(np.ptp([t for t, _ in rows])) < 1e-6:
+        return {"identified": False, "n": len(rows)}
+    T = np.array([t for t, _ in rows])
+    y = np.array([n for _, n in rows], dtype=float) - SIM_TEXT_OVERHEAD_WORDS
+    X = np.stack([np.ones_like(T), T], 1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ coef
+    cov = np.linalg.inv(X.T @ X) * float(resid.var(ddof=2))
+    return {"identified": True, "n": len(rows), "words_base": float(coef[0]), "words_per_temp": float(coef[1]),
+            "se": [float(math.sqrt(cov[0, 0])), float(math.sqrt(cov[1, 1]))], "resid_sd": float(resid.std(ddof=2))}
+
+
+def _numeric_hessian(f, th: np.ndarray, h: float = 1e-3) -> np.ndarray:
+    n = len(th)
+    H = np.zeros((n, n))
+    f0 = f(th)
+    for i in range(n):
+        ei = np.zeros(n)
+        ei[i] = h
+        H[i, i] = (f(th + ei) - 2 * f0 + f(th - ei)) / h**2
+        for j in range(i + 1, n):
+            ej = np.zeros(n)
+            ej[j] = h
+            H[i, j] = H[j, i] = (f(th + ei + ej) - f(th + ei - ej) - f(th - ei + ej) + f(th - ei - ej)) / (4 * h * h)
+    return H
+
+
+@dataclass
+class MLEFit:
+    params: SimParams
+    estimates: dict[str, float]  # on the optimisation scale (logs / logits as named)
+    se: dict[str, float | None]  # standard errors from the observed information (None: not invertible)
+    identified: dict[str, bool]
+    why_not: dict[str, str]
+    info: dict[str, Any]
+
+
+SE_LIMIT = 5.0  # an estimate whose standard error exceeds this (on its logit / log scale) is not identified
+
+
+def fit_mle(records: Sequence[DebateRecord], init: SimParams | None = None) -> MLEFit:
+    """Joint maximum likelihood of every dynamics parameter (round 0 and transitions, question difficulty
+    integrated out per question), no priors. `init` is only the optimiser's start. Identification: a parameter
+    is reported not identified when the data do not vary what it multiplies (e.g. top-p constant), when its
+    estimate sits at a bound (the likelihood keeps rising towards 0/1 probabilities), or when its standard error
+    from the observed information matrix exceeds SE_LIMIT (or the matrix is singular in its direction)."""
+    if not records:
+        raise ValueError("fit_mle: no debates")
+    V = max(rec.n_agents for rec in records)
+    init = SimParams.from_dict({**(init or SimParams()).to_dict(), "skills": [(init or SimParams()).skill(a)
+                                                                             for a in range(V)]})
+    p_wrong, wrong_info = fit_wrong_answers(records, init)
+    kappa = kappa_of(p_wrong)
+    trs = transitions(records)
+    top_ps = [t.top_p for rec in records for turns in rec.rounds for t in turns]
+    temps_ex = [t.temperature for t in trs]
+    fit_top_p = float(np.ptp(top_ps)) > 1e-6
+    layout = _mle_layout(V, fit_top_p)
+    base = replace(init, p_unique_wrong=p_wrong.p_unique_wrong, distractor_decay=p_wrong.distractor_decay)
+    th0 = _params_to_theta(base, layout, V)
+
+    data = FitData.of(records)
+
+    def nll(th: np.ndarray) -> float:
+        return -float(likelihood_parts(_theta_to_params(th, layout, base, V), data, kappa).joint.sum())
+
+    res = minimize(nll, th0, method="L-BFGS-B", bounds=[(q.lo, q.hi) for q in layout])
+    th = res.x
+    H = _numeric_hessian(nll, th)
+    names = [q.name for q in layout]
+    se: dict[str, float | None] = {n: None for n in names}
+    try:
+        evals = np.linalg.eigvalsh(H)
+        if evals.min() > 1e-8 * max(1.0, evals.max()):
+            cov = np.linalg.inv(H)
+            se = {n: float(math.sqrt(max(cov[k, k], 0.0))) for k, n in enumerate(names)}
+    except np.linalg.LinAlgError:
+        pass
+    why: dict[str, str] = {}
+    for k, q in enumerate(layout):
+        if min(th[k] - q.lo, q.hi - th[k]) < 1e-3:
+            why[q.name] = f"at the bound {q.lo if th[k] - q.lo < 1e-3 else q.hi} (likelihood rises towards it)"
+        elif se[q.name] is None:
+            why[q.name] = "observed information singular in its direction"
+        elif se[q.name] > SE_LIMIT:
+            why[q.name] = f"standard error {se[q.name]:.1f} > {SE_LIMIT}"
+    n_read0 = sum(t.n_read == 0 and t.own is not None for t in trs)
+    n_dis = sum(t.n_dis > 0 and t.own is not None for t in trs)
+    if n_read0 == 0:
+        for n in ("self_revise_bias", "self_revise_temp"):
+            why[n] = "no transition with an empty mask"
+    if n_dis == 0:
+        for n in ("switch_disagree", "logit_p_resolve"):
+            why[n] = "no transition reading a disagreeing peer"
+    if float(np.ptp(temps_ex)) < 1e-6 if temps_ex else True:
+        for n in ("switch_temp", "self_revise_temp"):
+            why[n] = "exchange-round temperature never varied"
+    if not fit_top_p:
+        why["top_p_weight"] = "top-p never varied (kept at the optimiser's start value)"
+    if not wrong_info["wrong_answers_identified"]:
+        why["p_unique_wrong / distractor_decay"] = (
+            f"wrong-answer coincidences do not pin them down ({wrong_info.get('wrong_answer_questions', 0)} questions "
+            f"with >= 2 wrong round-0 answers, s.e. {wrong_info.get('se')}); kept at the optimiser's end point")
+    identified = {n: n not in why for n in names}
+    fitted = _theta_to_params(th, layout, base, V)
+    info = {"converged": bool(res.success), "message": str(res.message), "nll": float(res.fun),
+            "n_debates": len(records), "n_transitions": len(trs), "kappa": kappa, **wrong_info,
+            "conventions": MLE_CONVENTIONS, "not_identified": why}
+    return MLEFit(fitted, dict(zip(names, th.tolist())), se, identified, why, info)
 
 
 # ---------------------------------------------------------------- replay with the sim

@@ -211,3 +211,25 @@ def test_real_llama_cpp_keeps_each_agent_on_its_slot_and_reuses_its_conversation
                 assert t.reused_prompt_tokens >= previous.prompt_tokens, (r, t.agent)
                 assert t.reused_prompt_tokens <= previous.prompt_tokens + previous.completion_tokens + 2
     assert eng.stats.reused_prompt_tokens > 0
+
+
+def test_silent_turns_leave_no_exchange_in_the_multiturn_conversation():
+    """With DebateConfig.silent an agent that reads nobody makes no call; its next real call must extend the
+    conversation it actually had (no phantom assistant/user pair for the silent round)."""
+    mask_r1 = np.zeros((3, 3), dtype=bool)  # round 1: nobody reads anybody -> every agent silent
+    full = ~np.eye(3, dtype=bool)
+
+    class TwoPhase(FixedMaskProtocol):
+        def controls(self, debates):
+            return [RoundControl(mask_r1 if d.round == 0 else full, 0.7, 0.9) for d in debates]
+
+    from dear.debate import RoundControl
+
+    be = FakeBackend()
+    eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=2, layout="multiturn", silent=True))
+    (d,) = eng.run([gsm(0)], TwoPhase(full, 2))
+    assert all(t.silent for t in d.trace.rounds[1])
+    assert len(be.calls) == 2  # round 0 and round 2: round 1 made no call
+    r0, r2 = be.calls[0][0], be.calls[1][0]
+    assert [m.role for m in r2.messages] == ["system", "user", "assistant", "user"]
+    assert r2.messages[:2] == r0.messages

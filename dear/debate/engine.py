@@ -45,6 +45,10 @@ class DebateConfig:
     # Exchange-round prompt layout (dear/debate/prompts.py): "multiturn" (Du et al.'s growing conversation,
     # whose prefix a KV-cache slot reuses) or "single" (one fresh message per round).
     layout: str = "single"
+    # "Silent" agents (issue 14, off by default): an agent whose mask reads nobody keeps its previous answer
+    # without a model call; its turn copies the previous one with 0 tokens and `silent=True`. The paper
+    # regenerates alone (pruning then saves only prompt tokens); with silent, the mask also controls completions.
+    silent: bool = False
 
     def __post_init__(self):
         if self.n_agents < 1:
@@ -189,6 +193,7 @@ class _Pending:
     peers: list[int]
     truncated_peers: int
     guidance: str | None = None
+    silent: bool = False  # no model call: the turn repeats the previous one (DebateConfig.silent)
 
 
 @dataclass(frozen=True)
@@ -443,6 +448,9 @@ class DebateEngine:
         r = d.round + 1
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
+            if cfg.silent and not peers and prev[i].error is None:
+                out.append(self._silent(d, i, r, ctl))
+                continue
             guidance = ctl.guidance[i] if ctl.guidance is not None else None
             build = self._prompt_builder(d, i, peers, guidance)
             messages, truncated, max_tokens = self._fit_context(
@@ -454,6 +462,13 @@ class DebateEngine:
                 guidance=guidance, attempt=attempt,
             ))
         return out
+
+    def _silent(self, d: Debate, agent: int, round_: int, ctl: RoundControl) -> _Pending:
+        """A turn that is not sent: the agent reads nobody and keeps its answer (DebateConfig.silent)."""
+        p = self._request(d, agent, round_, [], ctl.temperature[agent], ctl.top_p[agent], [], 0, 0,
+                          own_answer=d.last_turns[agent].answer_key)
+        p.silent = True
+        return p
 
     def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
         return sum(backend.count_tokens(m.content) + _MSG_OVERHEAD_TOKENS for m in messages)
@@ -482,6 +497,8 @@ class DebateEngine:
                     guidance=guidance_by_round[k - 1],
                 )
                 for k in range(1, len(shown) + 1)
+                # a silent round-k turn (DebateConfig.silent) was never sent: its exchange is not in the conversation
+                if k == len(shown) or not d.trace.rounds[k][agent].silent
             ]
             n_peer_blocks = sum(len(ex.peers) for ex in exchanges)
 
@@ -563,7 +580,10 @@ class DebateEngine:
         return out  # type: ignore[return-value]
 
     def _execute(self, pending: list[_Pending]) -> None:
-        completions = self._generate_all(pending)
+        sent = [p for p in pending if not p.silent]
+        generated = iter(self._generate_all(sent) if sent else [])
+        completions = [Completion(p.debate.last_turns[p.agent].text, 0, 0, "silent", 0.0) if p.silent
+                       else next(generated) for p in pending]
         by_debate: dict[int, list[AgentTurn]] = {}
         debates: dict[int, Debate] = {}
         for p, c in zip(pending, completions):
@@ -615,6 +635,7 @@ class DebateEngine:
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
             guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
+            silent=p.silent,
         )
 
     def _finalize(self, d: Debate) -> None:

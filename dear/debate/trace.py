@@ -47,6 +47,7 @@ class AgentTurn:
     # What peers are shown of this turn instead of its reasoning and conclusion (a moderator's demotion).
     peer_summary: str | None = None
     attempt: int = 0  # 1 for a round regenerated once (its seed differs from the discarded attempt's)
+    silent: bool = False  # no model call: the agent read nobody and kept its previous turn (DebateConfig.silent)
 
     @property
     def computed_prompt_tokens(self) -> int:

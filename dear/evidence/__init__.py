@@ -9,7 +9,7 @@ from dear.evidence.encoders import (
     SentenceTransformerEncoder,
     make_encoder,
 )
-from dear.evidence.similarity import pairwise_evidence
+from dear.evidence.similarity import answer_aware_evidence, pairwise_evidence
 
 __all__ = [
     "DEFAULT_ENCODER",
@@ -18,6 +18,7 @@ __all__ = [
     "EncoderError",
     "HashingEncoder",
     "SentenceTransformerEncoder",
+    "answer_aware_evidence",
     "make_encoder",
     "pairwise_evidence",
 ]

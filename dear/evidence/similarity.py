@@ -1,8 +1,18 @@
 """Pairwise evidence between debating agents (DESIGN §3).
 
+The paper's formula (the default):
+
     e_ij = 1/2 (e_ij^con + e_ij^rea) = 1/4 (2 + cos(h_i, h_j) + cos(c_i, c_j))  in [0, 1]
 
 for B debates x V agents at once; h are reasoning embeddings, c conclusion embeddings.
+
+Answer-aware evidence (issue 14, an option, off by default; `answer_aware_evidence`):
+
+    e_ij^aa = (1 − w)·e_ij + w·𝟙[a_i = a_j ≠ ∅]  in [0, 1],   w ∈ [0, 1]
+
+where a_i is agent i's parsed, normalised answer (∅ = no parsable answer, which agrees with nobody). On real
+texts the embedding barely separates agreeing from differing pairs (d′ ≈ 1 with MiniLM); the parsed answers
+do, at no extra cost. w = 0 is the paper's e_ij; e_ii = 1 is kept.
 """
 
 from __future__ import annotations
@@ -70,3 +80,21 @@ def pairwise_evidence(h: ArrayT, c: ArrayT) -> ArrayT:
     # Rounding can push cosines a hair past +-1; the clamp keeps e a valid [0, 1] evidence value.
     e = (0.25 * (2.0 + _cosine_matrix(th) + _cosine_matrix(tc))).clamp_(0.0, 1.0)
     return e.numpy() if as_numpy else e
+
+
+def answer_aware_evidence(e: ArrayT, answer_keys, weight: float = 0.5) -> ArrayT:
+    """e^aa = (1 − w)·e + w·[a_i = a_j ≠ None] for (B, V, V) evidence `e` and (B, V) answer keys (module docstring).
+
+    Returns the type and dtype of `e`; the diagonal stays 1."""
+    if not 0.0 <= float(weight) <= 1.0:
+        raise ValueError(f"answer-aware evidence weight must be in [0, 1], got {weight}")
+    keys = [list(row) for row in answer_keys]
+    shape = tuple(e.shape)
+    if len(shape) != 3 or shape[1] != shape[2] or len(keys) != shape[0] or any(len(r) != shape[1] for r in keys):
+        raise ValueError(f"answer_keys must be (B, V) = ({shape[0]}, {shape[1] if len(shape) > 1 else '?'}) for "
+                         f"evidence of shape {shape}, got {len(keys)} rows of lengths {[len(r) for r in keys]}")
+    agree = np.array([[[a is not None and a == b for b in row] for a in row] for row in keys], dtype=np.float64)
+    agree[:, np.arange(shape[1]), np.arange(shape[1])] = 1.0
+    if isinstance(e, torch.Tensor):
+        return (1.0 - weight) * e + weight * torch.as_tensor(agree, dtype=e.dtype, device=e.device)
+    return ((1.0 - weight) * np.asarray(e) + weight * agree).astype(np.asarray(e).dtype)

@@ -57,6 +57,17 @@ with T (``words_base + words_per_temp·T``, ≈ 60–150); completion_tokens = w
 of all messages / 4. A completion longer than the request's ``max_tokens`` is cut there with
 ``finish_reason = "length"`` and loses its conclusion and final answer, as a real model's would.
 
+Real texts (option ``text_bank``, issue 14): on real texts the encoder separates agreeing from differing pairs
+far less than on the pseudo-words above (real MiniLM d′ ≈ 1 vs ≈ 14 here). With a text bank (a gzip JSON built
+from a real debate corpus by ``python -m eval.evidence_match``: per real question, its distinct parsed answers,
+each with the real completions that gave it), the decision and the token count stay the sim's, but the text is
+a real completion: the synthetic question maps to one bank question (stable hash of its id), the sim's gold
+answer to that question's correct answer class, the i-th distractor to its i-th wrong class, an idiosyncratic
+answer to a wrong class by hash; the agent takes a text of that class (by stable hash, distinct agents get
+distinct texts when the class has enough) and its final answer is rewritten to the sim's answer. So two agents
+with equal sim answers show two real texts that gave the same answer to one question, and two agents with
+different answers show real texts with different answers to one question: real agreeing / differing pairs.
+
 Randomness: one ``numpy.random.Generator`` per request, seeded by (backend seed, request seed, a stable hash
 of question id / agent / round), so the same requests with the same seeds give bit-identical completions in any
 batch order. Requests without a seed use a stable hash of their messages instead.
@@ -332,6 +343,69 @@ class TurnDecision:
     mode: str  # "round0" | "keep" | "adopt" | "resolve"
 
 
+def meta_round(req: ChatRequest) -> int:
+    return int((req.metadata or {}).get("round", 0) or 0)
+
+
+_FINAL_RE = re.compile(r"(?is)(final answer\s*:.*)$")
+
+
+class TextBank:
+    """Real completions grouped by question and parsed answer (see the module docstring, "Real texts")."""
+
+    def __init__(self, questions: list[dict[str, Any]], source: str = ""):
+        usable = [q for q in questions if q.get("classes")]
+        if not usable:
+            raise ValueError(f"text bank {source or ''} has no question with answer classes")
+        for q in usable:
+            for c in q["classes"]:
+                if not c.get("texts"):
+                    raise ValueError(f"text bank {source}: question {q.get('id')} answer {c.get('answer')} has no texts")
+        self.questions = usable
+        self.source = source
+        # Differing sim answers must land on differing real answers: prefer questions with a correct class and
+        # at least two wrong classes (when there are enough of them) so wrong answers rarely share a class.
+        diverse = [q for q in usable if any(c.get("correct") for c in q["classes"])
+                   and sum(not c.get("correct") for c in q["classes"]) >= 2]
+        self.eligible = diverse if len(diverse) >= 5 else usable
+
+    @classmethod
+    def load(cls, path: str | Path) -> TextBank:
+        import gzip
+
+        path = Path(path)
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError as e:
+            raise ValueError(f"sim text bank not found: {path}") from e
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a gzip JSON text bank ({e})") from e
+        if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
+            raise ValueError(f"{path}: a text bank is {{'questions': [...]}}")
+        return cls(doc["questions"], str(path))
+
+    @staticmethod
+    def strip_final(text: str) -> str:
+        """The completion without its final-answer section (the sim writes its own)."""
+        return _FINAL_RE.sub("", text).rstrip() or text
+
+    def text_for(self, h: SyntheticHeader, answer: str, round_: int, agent: int) -> str:
+        q = self.eligible[_stable_int("bank-question", h.id) % len(self.eligible)]
+        classes = q["classes"]
+        gold = [k for k, c in enumerate(classes) if c.get("correct")]
+        wrong = [k for k, c in enumerate(classes) if not c.get("correct")] or list(range(len(classes)))
+        if answer == _canon(h.answer):
+            k = gold[0] if gold else 0
+        elif answer in (h.distractors or ()):
+            k = wrong[list(h.distractors).index(answer) % len(wrong)]
+        else:
+            k = wrong[_stable_int("bank-unique", answer) % len(wrong)]
+        texts = classes[k]["texts"]
+        pick = (_stable_int("bank-text", h.id, round_, answer) + agent) % len(texts)
+        return self.strip_final(texts[pick])
+
+
 class SimBackend(Backend):
     """Synthetic debaters driven by `SimParams` (see the module docstring)."""
 
@@ -339,7 +413,17 @@ class SimBackend(Backend):
     synthetic = True
     context_length = 32768
 
-    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0, fail_rate: float = 0.0):
+    def __init__(self, params: SimParams | dict | str | Path | None = None, seed: int = 0, fail_rate: float = 0.0,
+                 params_file: str | Path | None = None, text_bank: str | Path | None = None):
+        """`params_file` (e.g. `llm.options.params_file` in a train config): a SimParams JSON such as the fit
+        written by `python -m eval.fit_corpus`; `params` given with it must be a dict of overrides."""
+        if params_file is not None:
+            if not isinstance(params_file, (str, Path)) or not str(params_file).strip():
+                raise ValueError(f"SimBackend params_file must be a path, got {params_file!r}")
+            if params is not None and not isinstance(params, dict):
+                raise ValueError("SimBackend: with params_file, params may only be a dict of overrides")
+            base = SimParams.from_json(params_file).to_dict()
+            params = SimParams.from_dict({**base, **(params or {})})
         if params is None:
             params = SimParams()
         elif isinstance(params, dict):
@@ -356,6 +440,7 @@ class SimBackend(Backend):
         self.seed = int(seed)
         self.fail_rate = float(fail_rate)
         self.n_failed = 0  # injected failures so far
+        self.text_bank = TextBank.load(text_bank) if text_bank is not None else None
         self.n_calls = 0  # generate() calls (the vector env's one-call-per-round test reads this)
         self.n_requests = 0
         log.info("%s SimBackend %s seed=%d fail_rate=%g params=%s", LOG_PREFIX, SIM_MODEL_ID, self.seed,
@@ -504,6 +589,10 @@ class SimBackend(Backend):
         final = f"\\boxed{{{dec.answer}}}"
         text = f"Reasoning: {reasoning}\nConclusion: {conclusion}\nFinal answer: {final}"
         tokens = text.split()
+        if self.text_bank is not None:  # the decision and length are the sim's; the words are a real completion
+            real = self.text_bank.text_for(h, dec.answer, int(meta_round(req)), agent)
+            text = f"{real}\nFinal answer: {final}"
         if len(tokens) > req.max_tokens:  # cut like a real model: the answer sections are lost
-            return " ".join(tokens[: max(0, int(req.max_tokens))]), max(0, int(req.max_tokens)), "length"
+            cut = max(0, int(req.max_tokens))
+            return " ".join(text.split()[:cut]), cut, "length"
         return text, len(tokens), "stop"

@@ -1,0 +1,440 @@
+"""Collect a corpus of logged debates for fitting the simulator (issue 14): resumable, append-only, gzip JSONL.
+
+    python -m eval.corpus --llm local --n-logging 96 --n-mad 24 --layout multiturn --out results/corpus-gsm8k
+
+Two kinds of debates on disjoint questions (GSM8K train by default, V = 3, R = 2, 384 max tokens):
+
+- `logging`: a logging policy that covers the action space. In every exchange round every ordered pair bit
+  (i reads j) is Bernoulli(`--mask-p`), and every agent's temperature and top-p are uniform over
+  `--temperature-range` / `--top-p-range` (the train config's ranges), drawn independently per agent and round
+  from an RNG seeded by (seed, debate id, round), so a debate's actions do not depend on scheduling. Round 0 is
+  the engine's (T0 = 0.7, top-p 0.9), as in the RL environment. Each record carries the log-probability of the
+  mask and the log-densities of the sampling values it drew.
+- `mad`: full-mesh MAD reference debates (T 0.7, top-p 0.9).
+
+Questions: one seeded permutation of the split (`--data-seed`); logging debates take its even positions, MAD
+debates its odd positions, so the two sets are disjoint and a larger `--n-logging` / `--n-mad` extends them.
+
+Layout of `--out`: `settings.json` (guarded: a resumed run must use the same settings), `corpus.jsonl.gz` (one
+gzip member per finished debate, each one JSON line `{"kind", "layout", "policy", "trace"}`; `trace` is a full
+DebateTrace: every prompt, completion, parsed answer, mask, temperature, top-p and token count) and
+`PROVENANCE.md` (rewritten at the end of each run). Debates run with `DebateEngine.run_concurrent` and are
+appended as each finishes: a stop loses at most the debates in flight (a member cut by a kill is dropped when
+the file is next opened), and the same command continues. Failed debates are not recorded, so they are redone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gzip
+import hashlib
+import json
+import logging
+import math
+import re
+import shlex
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dear import tasks
+from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
+from dear.debate.prompts import LAYOUTS
+from dear.debate.protocols import MADProtocol
+from dear.debate.trace import DebateTrace
+from dear.llm.base import Backend
+from dear.llm.registry import make_backend
+from dear.tasks.loaders import subset
+from dear.tasks.types import Question
+
+log = logging.getLogger("eval.corpus")
+PROG = "python -m eval.corpus"
+CORPUS_FILE = "corpus.jsonl.gz"
+KINDS = ("logging", "mad")
+DEFAULT_TEMPERATURE_RANGE = (0.1, 1.2)  # train/config.py EnvSection.temperature_range
+DEFAULT_TOP_P_RANGE = (0.5, 1.0)  # train/config.py EnvSection.top_p_range
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that must stay the same for a resumed run to extend the same corpus."""
+
+    task: str
+    split: str
+    data_seed: int
+    seed: int
+    llm: str
+    n_agents: int
+    n_rounds: int
+    max_tokens: int
+    layout: str
+    mask_p: float
+    temperature_range: tuple[float, float]
+    top_p_range: tuple[float, float]
+    mad_temperature: float
+    mad_top_p: float
+    temperature0: float
+    top_p0: float
+
+
+# ---------------------------------------------------------------- the logging policy
+@dataclass(frozen=True)
+class LoggedRound:
+    """What the logging policy drew for one exchange round, with its probability (density)."""
+
+    round: int
+    mask: list[list[bool]]
+    temperature: list[float]
+    top_p: list[float]
+    log_prob_mask: float  # Σ over ordered pairs i≠j of log Bernoulli(mask_p)
+    log_density_temperature: float  # Σ over agents of log U(temperature_range)
+    log_density_top_p: float
+
+
+class LoggingPolicy:
+    """Random masks and per-agent sampling, seeded per (debate, round) so that run_concurrent can use it."""
+
+    name = "logging"
+
+    def __init__(self, n_agents: int, n_rounds: int, mask_p: float, temperature_range: tuple[float, float],
+                 top_p_range: tuple[float, float], seed: int):
+        if not 0.0 < mask_p < 1.0:
+            raise ValueError(f"--mask-p must be in (0, 1), got {mask_p}")
+        for flag, (lo, hi) in (("--temperature-range", temperature_range), ("--top-p-range", top_p_range)):
+            if not lo < hi:
+                raise ValueError(f"{flag} needs LOW < HIGH, got {lo} {hi}")
+        if not 0.0 <= temperature_range[0] or temperature_range[1] > 2.0:
+            raise ValueError(f"--temperature-range must lie in [0, 2], got {temperature_range}")
+        if not 0.0 < top_p_range[0] or top_p_range[1] > 1.0:
+            raise ValueError(f"--top-p-range must lie in (0, 1], got {top_p_range}")
+        self.n_agents, self.n_rounds, self.mask_p, self.seed = n_agents, n_rounds, mask_p, seed
+        self.temperature_range, self.top_p_range = tuple(temperature_range), tuple(top_p_range)
+
+    def draw(self, debate_id: str, round_: int) -> LoggedRound:
+        v = self.n_agents
+        rng = np.random.default_rng([self.seed & 0xFFFFFFFF, zlib.crc32(debate_id.encode()), round_])
+        mask = rng.random((v, v)) < self.mask_p
+        np.fill_diagonal(mask, False)
+        temperature = rng.uniform(*self.temperature_range, size=v)
+        top_p = rng.uniform(*self.top_p_range, size=v)
+        off = ~np.eye(v, dtype=bool)
+        n_on = int(mask[off].sum())
+        n_off = int(off.sum()) - n_on
+        return LoggedRound(
+            round=round_, mask=mask.tolist(), temperature=temperature.tolist(), top_p=top_p.tolist(),
+            log_prob_mask=n_on * math.log(self.mask_p) + n_off * math.log1p(-self.mask_p),
+            log_density_temperature=-v * math.log(self.temperature_range[1] - self.temperature_range[0]),
+            log_density_top_p=-v * math.log(self.top_p_range[1] - self.top_p_range[0]),
+        )
+
+    def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
+        out = []
+        for d in debates:
+            drawn = self.draw(d.debate_id, d.round + 1)
+            out.append(RoundControl(np.array(drawn.mask), np.array(drawn.temperature), np.array(drawn.top_p)))
+        return out
+
+    def describe(self, debate_id: str) -> dict[str, Any]:
+        """The policy's definition and its draws for one debate (what the record stores)."""
+        return {"mask_p": self.mask_p, "temperature_range": list(self.temperature_range),
+                "top_p_range": list(self.top_p_range), "seed": self.seed,
+                "rounds": [asdict(self.draw(debate_id, r)) for r in range(1, self.n_rounds + 1)]}
+
+
+# ---------------------------------------------------------------- the gzip member file
+def _members(data: bytes) -> tuple[list[bytes], int]:
+    """Decompress concatenated gzip members; returns the complete members and the byte length they span."""
+    out, pos = [], 0
+    while pos < len(data):
+        dec = zlib.decompressobj(wbits=31)
+        try:
+            body = dec.decompress(data[pos:]) + dec.flush()
+        except zlib.error:
+            break
+        if not dec.eof:
+            break
+        out.append(body)
+        pos = len(data) - len(dec.unused_data)
+    return out, pos
+
+
+class CorpusFile:
+    """Append-only gzip JSONL, one member per record; a member cut by a kill is trimmed when opened."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+        self.records: list[dict] = []
+        if path.exists():
+            data = path.read_bytes()
+            members, end = _members(data)
+            if end < len(data):
+                tail = path.with_name(path.name + f".cut-{int(time.time())}")
+                tail.write_bytes(data[end:])
+                with path.open("r+b") as f:
+                    f.truncate(end)
+                log.warning("%s: %d trailing byte(s) were not a complete gzip member (a stopped run); moved "
+                            "them to %s, and the debate is redone", path, len(data) - end, tail)
+            for k, body in enumerate(members):
+                for line in body.decode("utf-8").splitlines():
+                    if line.strip():
+                        try:
+                            self.records.append(json.loads(line))
+                        except ValueError as e:
+                            raise SystemExit(f"{PROG}: error: {path} member {k}: not JSON ({e})") from None
+
+    def append(self, record: dict) -> None:
+        blob = gzip.compress((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"), mtime=0)
+        with self._lock, self.path.open("ab") as f:
+            f.write(blob)
+            f.flush()
+            self.records.append(record)
+
+
+def read_corpus(path: str | Path) -> list[dict]:
+    """All records of a corpus directory (or its corpus.jsonl.gz), in the order they were written."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CORPUS_FILE
+    if not path.exists():
+        raise ValueError(f"corpus file not found: {path}")
+    members, _ = _members(path.read_bytes())
+    out = []
+    for body in members:
+        out.extend(json.loads(line) for line in body.decode("utf-8").splitlines() if line.strip())
+    return out
+
+
+def iter_traces(records: Sequence[dict], kind: str | None = None) -> Iterator[DebateTrace]:
+    for r in records:
+        if kind is None or r["kind"] == kind:
+            yield DebateTrace.from_dict(r["trace"])
+
+
+# ---------------------------------------------------------------- the run directory
+class RunDir:
+    def __init__(self, root: Path, settings: Settings):
+        if root.exists() and not root.is_dir():
+            raise SystemExit(f"{PROG}: error: --out {root} exists and is not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self._guard(settings)
+        self.corpus = CorpusFile(root / CORPUS_FILE)
+
+    def _guard(self, settings: Settings) -> None:
+        path = self.root / "settings.json"
+        wanted = json.loads(json.dumps(asdict(settings)))  # tuples → lists, as stored
+        if path.exists():
+            try:
+                stored = json.loads(path.read_text())
+            except ValueError as e:
+                raise SystemExit(f"{PROG}: error: {path} is not valid JSON: {e}") from None
+            changed = {k: (stored.get(k), v) for k, v in wanted.items() if stored.get(k) != v}
+            if changed:
+                raise SystemExit(f"{PROG}: error: {path} was made with other settings (stored, now): {changed}; "
+                                 "use the stored settings to continue, or another --out")
+        else:
+            path.write_text(json.dumps(wanted, indent=2) + "\n")
+
+    def done(self, kind: str) -> set[str]:
+        return {r["trace"]["question_id"] for r in self.corpus.records if r["kind"] == kind}
+
+
+def split_questions(s: Settings, n_logging: int, n_mad: int) -> dict[str, list[Question]]:
+    """Disjoint, prefix-stable question sets: even / odd positions of one seeded permutation of the split."""
+    pool = tasks.load(s.task, split=s.split)
+    perm = subset(pool, len(pool), s.data_seed)
+    sets = {"logging": perm[0::2], "mad": perm[1::2]}
+    for kind, n in (("logging", n_logging), ("mad", n_mad)):
+        if n > len(sets[kind]):
+            raise SystemExit(f"{PROG}: error: --n-{kind} {n} exceeds the {len(sets[kind])} questions available "
+                             f"for {kind} debates in {s.task}/{s.split}")
+    return {"logging": sets["logging"][:n_logging], "mad": sets["mad"][:n_mad]}
+
+
+def collect(run: RunDir, s: Settings, backend: Backend, n_logging: int, n_mad: int, max_in_flight: int) -> None:
+    cfg = DebateConfig(n_agents=s.n_agents, n_rounds=s.n_rounds, max_tokens=s.max_tokens, seed=s.seed,
+                       layout=s.layout, temperature0=s.temperature0, top_p0=s.top_p0)
+    engine = DebateEngine(backend, cfg)
+    policy = LoggingPolicy(s.n_agents, s.n_rounds, s.mask_p, s.temperature_range, s.top_p_range, s.seed)
+    protocols = {"logging": policy, "mad": MADProtocol(s.n_agents, s.n_rounds, s.mad_temperature, s.mad_top_p)}
+    for kind, questions in split_questions(s, n_logging, n_mad).items():
+        done = run.done(kind)
+        todo = [q for q in questions if q.id not in done]
+        if todo:
+            _collect_kind(run, s, engine, kind, protocols[kind], todo, max_in_flight)
+
+
+def _collect_kind(run: RunDir, s: Settings, engine: DebateEngine, kind: str, protocol, todo: Sequence[Question],
+                  max_in_flight: int) -> None:
+    """Run one kind's missing debates concurrently, appending each to the corpus as soon as it finishes."""
+    t0 = time.perf_counter()
+    counter = {"n": 0, "failed": 0}
+
+    def on_done(d: Debate) -> None:
+        if d.failed:  # not recorded: the same command redoes it
+            counter["failed"] += 1
+            log.error("%s debate %s failed (%s); not recorded", kind, d.debate_id, d.error)
+            return
+        policy_doc = (protocol.describe(d.debate_id) if kind == "logging" else
+                      {"temperature": s.mad_temperature, "top_p": s.mad_top_p, "mask": "full"})
+        run.corpus.append({"kind": kind, "layout": s.layout, "policy": policy_doc, "written_at": _utc_now(),
+                           "trace": d.trace.to_dict()})
+        counter["n"] += 1
+        log.info("%s %d/%d %s (%.0f s)", kind, counter["n"], len(todo), d.debate_id, time.perf_counter() - t0)
+
+    engine.run_concurrent(todo, protocol, max_in_flight, on_done=on_done)
+    print(f"{kind}: {counter['n']} debate(s) added, {counter['failed']} failed, {time.perf_counter() - t0:.0f} s",
+          flush=True)
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------- PROVENANCE.md
+def _licence(task: str) -> str:
+    path = Path(tasks.__file__).parent / "data" / task / "PROVENANCE.md"
+    if not path.exists():
+        return f"see the `{task}` task's definition (no dear/tasks/data/{task}/PROVENANCE.md)"
+    m = re.search(r"^-?\s*Licen[cs]e:\s*(.+)$", path.read_text(encoding="utf-8"), re.M | re.I)
+    src = f"dear/tasks/data/{task}/PROVENANCE.md"
+    return f"{m.group(1).strip()} (from `{src}`)" if m else f"see `{src}`"
+
+
+def model_file_info(llm: str) -> dict[str, str]:
+    """Which model file a backend spec loads and its sha256 (the embedded model's is checked at assembly)."""
+    from dear.llm import model_files
+
+    kind, _, rest = llm.partition(":")
+    if kind == "local" and not rest:
+        return {"file": model_files.EMBEDDED_FILENAME, "sha256": model_files.EMBEDDED_SHA256}
+    if kind == "local" or kind == "smoke":
+        path = Path(rest) if rest else model_files.smoke_model_path()
+        return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    if kind == "sim":
+        return {"file": "none (synthetic debaters, dear/llm/sim.py)", "sha256": "-"}
+    return {"file": f"served by `{llm}`", "sha256": "unknown (remote)"}
+
+
+def write_provenance(run: RunDir, s: Settings, command: str) -> str:
+    recs = run.corpus.records
+    counts = {k: sum(r["kind"] == k for r in recs) for k in KINDS}
+    model = model_file_info(s.llm)
+    dates = sorted({r.get("written_at", "") for r in recs} - {""})
+    synthetic = s.llm.split(":")[0] == "sim"
+    lines = [
+        "# Debate corpus" + (" (SYNTHETIC: sim backend, not a real model)" if synthetic else ""),
+        "",
+        f"Command (continue or grow it with the same flags and larger --n-*): `{command}`",
+        "",
+        f"- Backend: `{s.llm}`; model file `{model['file']}`, sha256 `{model['sha256']}`.",
+        f"- Questions: `{s.task}` split `{s.split}`, permutation seed (--data-seed) {s.data_seed}; logging debates "
+        "on even positions, MAD on odd positions (disjoint).",
+        f"- Licence of the source questions: {_licence(s.task)}.",
+        f"- Debates: {counts['logging']} logging-policy, {counts['mad']} MAD; V = {s.n_agents}, R = {s.n_rounds} "
+        f"exchange rounds, {s.max_tokens} max completion tokens, exchange layout `{s.layout}`, engine seed "
+        f"{s.seed}, round 0 at T {s.temperature0}, top-p {s.top_p0}.",
+        f"- Logging policy: pair bits Bernoulli({s.mask_p}), temperature ~ U{tuple(s.temperature_range)}, top-p ~ "
+        f"U{tuple(s.top_p_range)}, independent per agent and round, RNG seeded by (seed {s.seed}, crc32(debate "
+        "id), round); per-record log-probabilities in `policy.rounds`.",
+        f"- MAD reference: full mesh, T {s.mad_temperature}, top-p {s.mad_top_p}.",
+        f"- Collected (UTC): {dates[0] if dates else '-'} to {dates[-1] if dates else '-'}; "
+        f"PROVENANCE written {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"- Files: `{CORPUS_FILE}` (gzip members, one JSON record per debate: kind, layout, policy, full "
+        "DebateTrace), `settings.json` (the settings guard). Read with `eval.corpus.read_corpus(DIR)`.",
+        "",
+    ]
+    text = "\n".join(lines)
+    (run.root / "PROVENANCE.md").write_text(text, encoding="utf-8")
+    return text
+
+
+# ---------------------------------------------------------------- CLI
+def _range(text: str) -> tuple[float, float]:
+    parts = text.replace(",", " ").split()
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected 'LOW,HIGH', got {text!r}")
+    return float(parts[0]), float(parts[1])
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="corpus directory (created; continued if it exists)")
+    p.add_argument("--llm", default="local")
+    p.add_argument("--task", default="gsm8k")
+    p.add_argument("--split", default="train")
+    p.add_argument("--n-logging", type=int, default=96)
+    p.add_argument("--n-mad", type=int, default=24)
+    p.add_argument("--layout", choices=LAYOUTS, required=True, help="exchange-round prompt layout (recorded)")
+    p.add_argument("--agents", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=384)
+    p.add_argument("--data-seed", type=int, default=14)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mask-p", type=float, default=0.5)
+    p.add_argument("--temperature-range", type=_range, default=DEFAULT_TEMPERATURE_RANGE, metavar="LOW,HIGH")
+    p.add_argument("--top-p-range", type=_range, default=DEFAULT_TOP_P_RANGE, metavar="LOW,HIGH")
+    p.add_argument("--mad-temperature", type=float, default=0.7)
+    p.add_argument("--mad-top-p", type=float, default=0.9)
+    p.add_argument("--parallel", type=int, default=6, help="llama.cpp slots (local/smoke backends)")
+    p.add_argument("--n-ctx", type=int, default=3072, help="llama.cpp context per slot (local/smoke backends)")
+    p.add_argument("--max-in-flight", type=int, help="debates at once (default: parallel // agents, >= 1)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def settings_from_args(a: argparse.Namespace) -> Settings:
+    for flag in ("n_logging", "n_mad"):
+        if getattr(a, flag) < 0:
+            raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 0")
+    for flag in ("agents", "max_tokens", "parallel", "n_ctx"):
+        if getattr(a, flag) < 1:
+            raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 1")
+    if a.rounds < 1:
+        raise SystemExit(f"{PROG}: error: --rounds must be >= 1 (the corpus is about exchange rounds)")
+    return Settings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm, n_agents=a.agents,
+                    n_rounds=a.rounds, max_tokens=a.max_tokens, layout=a.layout, mask_p=a.mask_p,
+                    temperature_range=tuple(a.temperature_range), top_p_range=tuple(a.top_p_range),
+                    mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
+
+
+def command_line(argv: Sequence[str] | None) -> str:
+    return f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+
+
+def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    s = settings_from_args(a)
+    try:
+        LoggingPolicy(s.n_agents, s.n_rounds, s.mask_p, s.temperature_range, s.top_p_range, s.seed)
+    except ValueError as e:
+        raise SystemExit(f"{PROG}: error: {e}") from None
+    run = RunDir(a.out, s)
+    own = backend is None
+    if own:
+        kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if s.llm.split(":")[0] in ("local", "smoke") else {}
+        backend = make_backend(s.llm, **kw)
+    in_flight = a.max_in_flight or max(1, a.parallel // s.n_agents)
+    try:
+        collect(run, s, backend, a.n_logging, a.n_mad, in_flight)
+    finally:
+        if own:
+            backend.close()
+        print(write_provenance(run, s, command_line(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""Fit the simulator to a debate corpus (eval.corpus) by maximum likelihood and validate it out of sample.
+
+    python -m eval.fit_corpus --corpus results/corpus-gsm8k --out results/corpus-gsm8k/fit
+
+Split by question (seeded): `--holdout` of the logging-policy questions are held out; the MAD reference debates
+(other questions, full mesh, T 0.7) are all held out too. Every dynamics parameter of dear/llm/sim.py is fitted
+by joint maximum likelihood on the training part (eval.fit_sim.fit_mle: no priors; the start point is only where
+the optimiser begins), and parameters the data cannot identify are listed as such. Completion length
+(words_base, words_per_temp) is the least-squares fit of completion tokens on temperature.
+
+On the held-out part the report gives:
+- log-likelihood per transition, log P(transitions | round 0) / #transitions, with the question difficulty
+  integrated out, for the fitted simulator, today's defaults (SimParams()) and a null model (an agent keeps its
+  answer with one fitted probability k; an agent that changes a wrong answer becomes correct with one fitted
+  probability q);
+- calibration: predicted (one-step posterior predictive given the debate so far) vs observed C→I and I→C, by
+  peers read (nobody / all agreeing / some disagreeing) and temperature bin, with counts and 95 % Wilson intervals;
+- round-0 accuracy and unanimity, observed vs predicted;
+- for the MAD debates: the simulator's final accuracy and tokens per question (engine + SimBackend on synthetic
+  questions, same V, R, max tokens and layout) against the real ones.
+Outputs in `--out`: `sim_params_synthetic_fit.json` (SimParams + identification; a sim params file, labelled
+synthetic as every sim file), `fit_report.md`, `fit_report.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import binomtest
+
+from dear.debate.engine import DebateConfig, DebateEngine, summarize
+from dear.debate.protocols import MADProtocol
+from dear.llm.sim import SimBackend, SimParams, difficulty_logit, distractor_weights, excess, sigmoid
+from dear.tasks.synthetic import load_synthetic
+from eval import fit_sim
+from eval.corpus import read_corpus
+from eval.fit_sim import DebateRecord, FitData, Transition, transition_outcomes
+
+log = logging.getLogger("eval.fit_corpus")
+PROG = "python -m eval.fit_corpus"
+PARAMS_FILE = "sim_params_synthetic_fit.json"
+TEMP_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 2.01))
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class Corpus:
+    settings: dict[str, Any]
+    logging: list[dict]  # trace dicts
+    mad: list[dict]
+
+
+def load_corpus(path: str | Path) -> Corpus:
+    path = Path(path)
+    records = read_corpus(path)
+    settings_path = (path if path.is_dir() else path.parent) / "settings.json"
+    settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    ok = [r for r in records if not r["trace"].get("failed")]
+    return Corpus(settings, [r["trace"] for r in ok if r["kind"] == "logging"],
+                  [r["trace"] for r in ok if r["kind"] == "mad"])
+
+
+def to_records(traces: Sequence[dict], where: str) -> list[DebateRecord]:
+    out = [fit_sim.record_from_dict(t, f"{where}[{k}]") for k, t in enumerate(traces)]
+    return [r for r in out if r is not None]
+
+
+def split_by_question(traces: Sequence[dict], holdout: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Seeded split by question id (all debates of a question land on the same side)."""
+    ids = sorted({t["question_id"] for t in traces})
+    rng = np.random.default_rng(seed)
+    rng.shuffle(ids)
+    n_test = int(round(holdout * len(ids)))
+    test = set(ids[:n_test])
+    return [t for t in traces if t["question_id"] not in test], [t for t in traces if t["question_id"] in test]
+
+
+# ---------------------------------------------------------------- models evaluated on held-out data
+@dataclass(frozen=True)
+class NullModel:
+    """An agent keeps its answer with probability k; a wrong (or missing) answer that changes is correct w.p. q."""
+
+    k: float
+    q: float
+
+    @classmethod
+    def fit(cls, trs: Sequence[Transition]) -> NullModel:
+        has = [t for t in trs if t.own is not None]
+        kept = sum((t.new_correct if t.own_correct else (t.new is not None and t.new == t.own)) for t in has)
+        changed_w = [t for t in trs if not t.own_correct and not (t.own is not None and t.new == t.own)]
+        k = kept / max(1, len(has))
+        q = sum(t.new_correct for t in changed_w) / max(1, len(changed_w))
+        eps = 1e-6
+        return cls(min(max(k, eps), 1 - eps), min(max(q, eps), 1 - eps))
+
+    def p_new_correct(self, t: Transition) -> float:
+        if t.own_correct:
+            return self.k
+        return self.q if t.own is None else (1 - self.k) * self.q
+
+    def loglik(self, trs: Sequence[Transition]) -> float:
+        total = 0.0
+        for t in trs:
+            if t.own_correct:
+                p = self.k if t.new_correct else 1 - self.k
+            elif t.new_correct:
+                p = self.p_new_correct(t)
+            elif t.own is not None and t.new == t.own:
+                p = self.k
+            else:
+                p = (1 - self.q) if t.own is None else (1 - self.k) * (1 - self.q)
+            total += math.log(max(p, 1e-12))
+        return total
+
+
+def heldout_loglik(p: SimParams, data: FitData) -> float:
+    return fit_sim.likelihood_parts(p, data).transitions_loglik
+
+
+def one_step_predictions(p: SimParams, data: FitData) -> np.ndarray:
+    """P(new answer correct) for every transition, given its debate's round 0 and earlier rounds (the question
+    difficulty's posterior on the grid after what was seen before that round)."""
+    if not data.transitions:
+        return np.zeros(0)
+    ll_seen = fit_sim._round0_lik_grid(p, data.records, data.round0)  # (Q, G)
+    grid = transition_outcomes(p, data.arrays, fit_sim.kappa_of(p))
+    rounds = np.array([t.round for t in data.transitions])
+    out = np.zeros(len(rounds))
+    for r in sorted(set(rounds.tolist())):
+        idx = np.flatnonzero(rounds == r)
+        w = ll_seen[data.debate[idx]]
+        w = np.exp(w - w.max(1, keepdims=True))
+        w /= w.sum(1, keepdims=True)
+        out[idx] = (w * grid.p_new_correct[idx]).sum(1)
+        np.add.at(ll_seen, data.debate[idx], grid.log_prob[idx])
+    return out
+
+
+def round0_predictions(p: SimParams, data: FitData) -> tuple[float, float]:
+    """Predicted round-0 accuracy (mean over turns) and unanimity (mean over questions)."""
+    V, C, T, P, present = data.round0
+    skills = np.array([p.skill(a) for a in range(V)])
+    d = difficulty_logit(p, fit_sim._DELTA)
+    pc = sigmoid(skills[None, :, None] - d[None, None, :] - p.temp_penalty * excess(p, T, P)[:, :, None])
+    acc = float(pc.mean(2)[present].mean())
+    w = distractor_weights(p, fit_sim.N_DISTRACTORS)
+    same_wrong = (1 - p.p_unique_wrong) ** V * float((w**V).sum())
+    unan = (np.prod(pc, 1) + np.prod(1 - pc, 1) * same_wrong).mean(1)
+    return acc, float(unan.mean())
+
+
+# ---------------------------------------------------------------- calibration
+def _groups(t: Transition) -> list[str]:
+    read = "read nobody" if t.n_read == 0 else ("read peers, all agree" if t.n_dis == 0 else
+                                                 "read peers, some disagree")
+    temp = next(f"T in [{lo:.1f}, {min(hi, 2.0):.1f})" for lo, hi in TEMP_BINS if lo <= t.temperature < hi)
+    return ["all", read, temp]
+
+
+GROUP_ORDER = ["all", "read nobody", "read peers, all agree", "read peers, some disagree"] + [
+    f"T in [{lo:.1f}, {min(hi, 2.0):.1f})" for lo, hi in TEMP_BINS]
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def calibration(trs: Sequence[Transition], preds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Rows: group × (C→I over own-correct turns, I→C over own-wrong turns); predicted = mean predicted rate."""
+    rows = []
+    for g in GROUP_ORDER:
+        idx = [k for k, t in enumerate(trs) if g in _groups(t)]
+        for name, own_c in (("C→I", True), ("I→C", False)):
+            sel = [k for k in idx if trs[k].own_correct == own_c]
+            n = len(sel)
+            k_obs = sum((not trs[k].new_correct) if own_c else trs[k].new_correct for k in sel)
+            lo, hi = wilson(k_obs, n)
+            row = {"group": g, "flip": name, "n": n, "observed": k_obs, "rate": k_obs / n if n else float("nan"),
+                   "ci_low": lo, "ci_high": hi}
+            for model, pr in preds.items():
+                rate = float(np.mean([(1 - pr[k]) if own_c else pr[k] for k in sel])) if n else float("nan")
+                row[model] = rate
+                row[f"{model}_inside"] = bool(n and lo <= rate <= hi)
+            rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- MAD reference
+def simulate_mad(p: SimParams, settings: dict[str, Any], n: int, seed: int) -> dict[str, float]:
+    cfg = DebateConfig(n_agents=int(settings.get("n_agents", 3)), n_rounds=int(settings.get("n_rounds", 2)),
+                       max_tokens=int(settings.get("max_tokens", 384)), seed=seed,
+                       layout=settings.get("layout", "single"))
+    engine = DebateEngine(SimBackend(p, seed=seed), cfg)
+    proto = MADProtocol(cfg.n_agents, cfg.n_rounds, float(settings.get("mad_temperature", 0.7)),
+                        float(settings.get("mad_top_p", 0.9)))
+    debates = engine.run(load_synthetic(n, seed=seed, split="test"), proto)
+    s = summarize(debates)
+    comp = sum(d.trace.completion_tokens for d in debates) / max(1, n)
+    return {"n": n, "accuracy": s.accuracy, "ci": list(wilson(s.correct, n)), "tokens_per_question":
+            s.tokens_per_question, "completion_tokens_per_question": comp}
+
+
+def real_mad(traces: Sequence[dict]) -> dict[str, float]:
+    n = len(traces)
+    k = sum(bool(t["final_correct"]) for t in traces)
+    return {"n": n, "accuracy": k / max(1, n), "ci": list(wilson(k, n)),
+            "tokens_per_question": sum(t["prompt_tokens"] + t["completion_tokens"] for t in traces) / max(1, n),
+            "completion_tokens_per_question": sum(t["completion_tokens"] for t in traces) / max(1, n)}
+
+
+# ---------------------------------------------------------------- the whole fit + validation
+def length_turns(traces: Sequence[dict]) -> list[tuple[float, int, bool]]:
+    return [(float(t["temperature"]), int(t["completion_tokens"]), t.get("finish_reason") == "length")
+            for tr in traces for turns in tr["rounds"] for t in turns if t.get("error") is None]
+
+
+def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_questions: int,
+        command: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    corpus = load_corpus(corpus_dir)
+    if not corpus.logging:
+        raise SystemExit(f"{PROG}: error: {corpus_dir} has no logging-policy debates to fit")
+    train_tr, test_tr = split_by_question(corpus.logging, holdout, seed)
+    if not train_tr or not test_tr:
+        raise SystemExit(f"{PROG}: error: --holdout {holdout} leaves an empty side ({len(train_tr)} train, "
+                         f"{len(test_tr)} held-out debates)")
+    train = to_records(train_tr, "train")
+    fit = fit_sim.fit_mle(train)
+    words = fit_sim.fit_words(length_turns(train_tr))
+    fitted = fit.params
+    if words.get("identified") and words["words_base"] > 0 and words["words_per_temp"] >= 0:
+        fitted = replace(fitted, words_base=words["words_base"], words_per_temp=words["words_per_temp"])
+    else:
+        fit.why_not["words_base / words_per_temp"] = f"length fit unusable: {words}"
+    default = SimParams()
+    null = NullModel.fit(fit_sim.transitions(train))
+    held = {"logging (held out)": test_tr, "MAD (all)": corpus.mad}
+    ll_rows, calib, round0 = [], {}, {}
+    for name, traces in held.items():
+        if not traces:
+            continue
+        data = FitData.of(to_records(traces, name))
+        n = len(data.transitions)
+        ll_rows.append({"set": name, "debates": len(data.records), "transitions": n,
+                        "fitted": heldout_loglik(fitted, data) / max(1, n),
+                        "default": heldout_loglik(default, data) / max(1, n),
+                        "null": null.loglik(data.transitions) / max(1, n)})
+        preds = {"fitted": one_step_predictions(fitted, data), "default": one_step_predictions(default, data),
+                 "null": np.array([null.p_new_correct(t) for t in data.transitions])}
+        calib[name] = calibration(data.transitions, preds)
+        stats = fit_sim.compute_stats(data.records)
+        round0[name] = {"observed_accuracy": [stats["round-0 accuracy"].k, stats["round-0 accuracy"].n],
+                        "observed_unanimous": [stats["round-0 unanimous questions"].k,
+                                               stats["round-0 unanimous questions"].n],
+                        "fitted": round0_predictions(fitted, data), "default": round0_predictions(default, data)}
+    mad = {"real": real_mad(corpus.mad)} if corpus.mad else {}
+    if corpus.mad:
+        mad["sim fitted (synthetic)"] = simulate_mad(fitted, corpus.settings, sim_questions, seed)
+        mad["sim default (synthetic)"] = simulate_mad(default, corpus.settings, sim_questions, seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    identification = {"estimates": fit.estimates, "se": fit.se, "identified": fit.identified,
+                      "not_identified": fit.why_not, "conventions": fit_sim.MLE_CONVENTIONS}
+    fitted.to_json(out / PARAMS_FILE, command=command, corpus=str(corpus_dir), split_seed=seed, holdout=holdout,
+                   n_train_debates=len(train), identification=identification, words=words,
+                   fit_info={k: v for k, v in fit.info.items() if k not in ("conventions", "not_identified")})
+    result = {"command": command, "corpus": str(corpus_dir), "settings": corpus.settings, "holdout": holdout,
+              "split_seed": seed, "n_train_debates": len(train), "loglik_per_transition": ll_rows,
+              "calibration": calib, "round0": round0, "mad": mad, "identification": identification,
+              "null": {"k": null.k, "q": null.q}, "words": words, "params": fitted.to_dict(),
+              "seconds": time.perf_counter() - t0}
+    (out / "fit_report.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    (out / "fit_report.md").write_text(report_markdown(result, fitted, default))
+    return result
+
+
+# ---------------------------------------------------------------- report
+def _f(x: float, d: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) -> str:
+    synthetic = str(r["settings"].get("llm", "")).split(":")[0] == "sim"
+    tag = " (SYNTHETIC corpus: sim backend)" if synthetic else ""
+    lines = [f"# Simulator fitted to the debate corpus by maximum likelihood{tag}", "",
+             f"Command: `{r['command']}`  ", f"Corpus: `{r['corpus']}`, settings {json.dumps(r['settings'])}.  ",
+             f"Split by question, seed {r['split_seed']}: {r['n_train_debates']} logging debates fitted; "
+             f"{100 * r['holdout']:.0f} % of the logging questions and all MAD debates held out. "
+             f"Took {r['seconds']:.0f} s.", "",
+             "## Held-out log-likelihood per transition (higher is better)", "",
+             "log P(transitions | round 0) / #transitions, question difficulty integrated out. Null: keep the answer "
+             f"w.p. k = {r['null']['k']:.3f}; a changed wrong answer is correct w.p. q = {r['null']['q']:.3f}.", "",
+             "| held-out set | debates | transitions | fitted sim | default sim | null |", "|---|---:|---:|---:|---:|---:|"]
+    for row in r["loglik_per_transition"]:
+        lines.append(f"| {row['set']} | {row['debates']} | {row['transitions']} | {_f(row['fitted'])} | "
+                     f"{_f(row['default'])} | {_f(row['null'])} |")
+    for name, rows in r["calibration"].items():
+        lines += ["", f"## Calibration, {name}", "",
+                  "Observed rate with 95 % Wilson interval vs the models' mean one-step predicted rate; ✓ = the fitted "
+                  "prediction lies inside the interval.", "",
+                  "| group | flip | n | observed | rate [95 % CI] | fitted | default | null |",
+                  "|---|---|---:|---:|---|---:|---:|---:|"]
+        for c in rows:
+            mark = "✓" if c["fitted_inside"] else ("✗" if c["n"] else "")
+            lines.append(f"| {c['group']} | {c['flip']} | {c['n']} | {c['observed']} | {_f(c['rate'])} "
+                         f"[{_f(c['ci_low'])}, {_f(c['ci_high'])}] | {_f(c['fitted'])} {mark} | "
+                         f"{_f(c['default'])} | {_f(c['null'])} |")
+    lines += ["", "## Round 0", "", "| set | accuracy observed | fitted | default | unanimous observed | fitted | "
+              "default |", "|---|---|---:|---:|---|---:|---:|"]
+    for name, z in r["round0"].items():
+        (ka, na), (ku, nu) = z["observed_accuracy"], z["observed_unanimous"]
+        lines.append(f"| {name} | {ka}/{na} = {_f(ka / max(1, na))} | {_f(z['fitted'][0])} | {_f(z['default'][0])} | "
+                     f"{ku}/{nu} = {_f(ku / max(1, nu))} | {_f(z['fitted'][1])} | {_f(z['default'][1])} |")
+    if r["mad"]:
+        lines += ["", "## MAD reference debates: final accuracy and tokens per question", "",
+                  "Simulated: engine + SimBackend, MAD on synthetic test questions (same V, R, max tokens, layout).", "",
+                  "| source | n | accuracy [95 % CI] | tokens / question | completion tokens / question |",
+                  "|---|---:|---|---:|---:|"]
+        for name, m in r["mad"].items():
+            lines.append(f"| {name} | {m['n']} | {_f(m['accuracy'])} [{_f(m['ci'][0])}, {_f(m['ci'][1])}] | "
+                         f"{m['tokens_per_question']:.0f} | {m['completion_tokens_per_question']:.0f} |")
+    ident = r["identification"]
+    lines += ["", "## Parameters", "", "Estimates on the optimisation scale with standard errors from the observed "
+              "information; 'no' = not identified by these data (reason below).", "",
+              "| parameter | estimate | s.e. | identified |", "|---|---:|---:|---|"]
+    for n, v in ident["estimates"].items():
+        lines.append(f"| {n} | {v:.3f} | {_f(ident['se'][n])} | {'yes' if ident['identified'][n] else 'no'} |")
+    lines += ["", "Not identified / partially identified:", ""]
+    lines += [f"- `{k}`: {v}" for k, v in ident["not_identified"].items()] or ["- none"]
+    lines += ["", "Conventions (not estimates):", ""] + [f"- `{k}`: {v}" for k, v in ident["conventions"].items()]
+    lines += ["", "| SimParams field | default | fitted |", "|---|---:|---:|"]
+    for f in fields(SimParams):
+        a, b = getattr(default, f.name), getattr(fitted, f.name)
+        fmt = (lambda v: "[" + ", ".join(f"{x:.3f}" for x in v) + "]") if f.name == "skills" else (lambda v: f"{v:.3f}")
+        lines.append(f"| {f.name} | {fmt(a)} | {fmt(b)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", required=True, help="corpus directory written by python -m eval.corpus")
+    ap.add_argument("--out", required=True, help="output directory (fit file, report)")
+    ap.add_argument("--holdout", type=float, default=0.2, help="fraction of logging-policy questions held out")
+    ap.add_argument("--seed", type=int, default=0, help="split seed (also the simulation seed)")
+    ap.add_argument("--sim-questions", type=int, default=300, help="synthetic questions for the simulated MAD")
+    a = ap.parse_args(argv)
+    if not 0.0 < a.holdout < 1.0:
+        ap.error("--holdout must be in (0, 1)")
+    if a.sim_questions < 1:
+        ap.error("--sim-questions must be >= 1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    command = f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    try:
+        run(a.corpus, a.out, a.holdout, a.seed, a.sim_questions, command)
+    except ValueError as e:
+        raise SystemExit(f"{PROG}: error: {e}") from None
+    print((Path(a.out) / "fit_report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""eval.evidence_match and the sim's text bank: simulated e_ij brought to a corpus' e_ij (synthetic data).
+
+The "real" corpus here is a sim-made corpus whose texts are rewritten so that agreement is much less visible
+(every completion is padded with words shared by all answers to the question, as real texts share the
+question's wording): the bank must carry that over to the simulator, the sim's own texts must not.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from dear.llm.sim import SimBackend, SimParams, TextBank, parse_header
+from eval import corpus, evidence_match
+from eval.corpus import CORPUS_FILE, read_corpus
+
+
+def _pad(text: str, question: str, rng) -> str:
+    """Dilute the answer words: 60 words of the question's header id (shared by every agent on it)."""
+    h = parse_header(question)
+    words = " ".join(f"topic{h.id.replace('-', '')}w{k}" for k in rng.integers(0, 40, 60))
+    return text.replace("Reasoning: ", f"Reasoning: {words} ").replace("Conclusion: ", f"Conclusion: {words[:200]} ")
+
+
+@pytest.fixture(scope="module")
+def padded_corpus(tmp_path_factory):
+    src = tmp_path_factory.mktemp("c") / "sim"
+    corpus.main(["--llm", "sim", "--task", "synthetic", "--layout", "single", "--out", str(src),
+                 "--n-logging", "120", "--n-mad", "16"], backend=SimBackend(seed=4))
+    rng = np.random.default_rng(0)
+    out = src.parent / "padded"
+    out.mkdir()
+    (out / "settings.json").write_text((src / "settings.json").read_text())
+    from dear.debate.prompts import parse_sections
+
+    with open(out / CORPUS_FILE, "wb") as f:
+        for r in read_corpus(src):
+            for turns in r["trace"]["rounds"]:
+                for t in turns:
+                    t["text"] = _pad(t["text"], r["trace"]["question"], rng)
+                    sec = parse_sections(t["text"])
+                    t["reasoning"], t["conclusion"] = sec.reasoning, sec.conclusion
+            f.write(gzip.compress((json.dumps(r) + "\n").encode()))
+    return out
+
+
+def test_bank_texts_bring_the_sim_evidence_to_the_corpus(padded_corpus, tmp_path):
+    res = evidence_match.run(padded_corpus, tmp_path, "hashing", SimParams(), n_sim=40, holdout=0.3, seed=0,
+                             command="test")
+    real, before, after = res["real"], res["sim before (own texts)"], res["sim after (bank texts)"]
+    assert real["agree"]["n"] > 100 and real["differ"]["n"] > 50
+    # the padded corpus separates agreement far less than the sim's own texts
+    assert real["d_prime"] < before["d_prime"] / 2
+    for k in ("agree", "differ"):
+        assert after["ks_vs_real"][k]["statistic"] < before["ks_vs_real"][k]["statistic"] - 0.2, k
+    assert abs(after["d_prime"] - real["d_prime"]) < abs(before["d_prime"] - real["d_prime"])
+    text = (tmp_path / "evidence_report.md").read_text()
+    assert "KS" in text and "SYNTHETIC" in text and (tmp_path / evidence_match.BANK_FILE).exists()
+
+
+def test_text_bank_keeps_the_sims_answers_and_decisions(padded_corpus, tmp_path):
+    bank = evidence_match.build_text_bank([r["trace"] for r in read_corpus(padded_corpus)])
+    path = evidence_match.write_text_bank(bank, tmp_path / "bank.json.gz")
+    params = SimParams()
+    plain = evidence_match.simulate_traces(params, {}, 12, 3, None)
+    banked = evidence_match.simulate_traces(params, {}, 12, 3, path)
+    for a, b in zip(plain, banked):
+        # same decisions, answers and token counts: only the words differ
+        assert [[t["answer_key"] for t in r] for r in a["rounds"]] == [[t["answer_key"] for t in r] for r in b["rounds"]]
+        assert a["completion_tokens"] == b["completion_tokens"]
+        assert all("topic" in t["text"] for r in b["rounds"] for t in r)
+    tb = TextBank.load(path)
+    assert all(any(c["correct"] for c in q["classes"]) for q in tb.eligible)
+    with pytest.raises(ValueError, match="not found"):
+        TextBank.load(tmp_path / "missing.json.gz")
+    with pytest.raises(ValueError, match="no question"):
+        TextBank([], "x")
+
+
+def test_pair_evidence_splits_by_parsed_answer():
+    from dear.evidence import make_encoder
+
+    def turn(ans, words):
+        return {"answer_key": ans, "reasoning": words, "conclusion": words}
+
+    tr = {"rounds": [[turn("1", "a b c d"), turn("1", "a b c e"), turn("2", "x y z w")],
+                     [turn(None, "q"), turn("1", "a b"), turn("1", "a b")]]}
+    e = evidence_match.pair_evidence([tr], make_encoder("hashing"))
+    assert len(e["agree"]) == 2 and len(e["differ"]) == 2
+    assert e["agree"].min() > e["differ"].max()
