@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,6 +44,8 @@ from dear.policy import (
     pair_order,
     selection_obs_dim,
 )
+
+log = logging.getLogger(__name__)
 
 FORMAT = "dear-policy"
 FORMAT_VERSION = 1
@@ -71,6 +74,19 @@ class ExportedPolicy:
     @property
     def synthetic(self) -> bool:
         return bool(self.manifest.get("training", {}).get("synthetic", False))
+
+
+def choose_encoder(trained: str, requested: str | None = None, allow_mismatch: bool = False) -> str:
+    """The encoder a policy runs with: the one it was trained with (named in its manifest). Another encoder
+    changes every observation the policy sees (e_ij, beliefs, uncertainty), so asking for one is an error unless
+    `allow_mismatch` (flag `--allow-encoder-mismatch`) says the user means it."""
+    if requested is None or requested == trained:
+        return trained
+    if not allow_mismatch:
+        raise ValueError(f"encoder {requested!r} differs from {trained!r}, the one the policy was trained with: its "
+                         f"observations would change; pass --allow-encoder-mismatch to run it anyway")
+    log.warning("encoder %s differs from the one the policy was trained with (%s)", requested, trained)
+    return requested
 
 
 def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] | None = None) -> dict[str, Any]:

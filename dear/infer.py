@@ -31,7 +31,7 @@ from dear import tasks
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.trace import DebateTrace, write_jsonl
 from dear.evidence import make_encoder
-from dear.export import ExportedPolicy, load_exported
+from dear.export import ExportedPolicy, choose_encoder, load_exported
 from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
 from dear.llm.cache import CachedBackend
@@ -66,7 +66,8 @@ class RegulatedDebater:
 
     def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, rounds: int | None = None,
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
-                 encoder: str | None = None, cache: str | Path | None = None, **backend_options):
+                 encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
+                 **backend_options):
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         training = self.exported.manifest.get("training", {})
         if self.exported.synthetic:
@@ -75,11 +76,8 @@ class RegulatedDebater:
         self.config = DebateConfig(n_agents=self.exported.n_agents,
                                    n_rounds=int(rounds if rounds is not None else training.get("rounds", 2)),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed)
-        # The policy saw features from its own encoder; another one changes its inputs (allowed, but say so).
-        self.encoder_spec = encoder or self.exported.encoder
-        if self.encoder_spec != self.exported.encoder:
-            log.warning("encoder %s differs from the one the policy was trained with (%s)",
-                        self.encoder_spec, self.exported.encoder)
+        # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
+        self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)
         self.encoder = make_encoder(self.encoder_spec)
         self._owns_backend = not isinstance(llm, Backend)
         backend = make_backend(llm, **backend_options) if isinstance(llm, str) else llm
@@ -167,7 +165,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
     p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--encoder", help="override the policy's encoder spec")
+    p.add_argument("--encoder", help="override the policy's encoder spec (needs --allow-encoder-mismatch)")
+    p.add_argument("--allow-encoder-mismatch", action="store_true",
+                   help="run with an --encoder other than the one the policy was trained with")
     p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke)")
     p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke)")
     p.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
@@ -194,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             options["n_ctx"] = a.n_ctx
     t0 = time.perf_counter()
     with RegulatedDebater(exported, a.llm, rounds=a.rounds, max_tokens=a.max_tokens, temperature=a.temperature,
-                          top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache, **options) as debater:
+                          top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache,
+                          allow_encoder_mismatch=a.allow_encoder_mismatch, **options) as debater:
         tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.exported.synthetic else ""
         print(f"{len(questions)} question(s), V={debater.config.n_agents}, rounds={debater.config.n_rounds}, "
               f"llm={a.llm}{tag}", flush=True)

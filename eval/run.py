@@ -35,6 +35,7 @@ from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
+from dear.export import choose_encoder
 from dear.llm.base import Backend
 from dear.tasks.types import Question
 from eval import methods as M
@@ -104,7 +105,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="round-0 and fixed sampling temperature")
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--sc-samples", type=int, help="self-consistency samples (default V*(R+1): MAD's call budget)")
-    p.add_argument("--encoder", help="override the checkpoint's encoder spec (the policy was trained on its own)")
+    p.add_argument("--encoder", help="override the checkpoint's encoder spec (needs --allow-encoder-mismatch)")
+    p.add_argument("--allow-encoder-mismatch", action="store_true",
+                   help="evaluate with an --encoder other than the one the policy was trained with")
     p.add_argument("--temp-range", help="expected temperature range lo,hi; error if the checkpoint differs")
     p.add_argument("--top-p-range", help="expected top-p range lo,hi; error if the checkpoint differs")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
@@ -608,7 +611,8 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, agents=agents,
         rounds=rounds, max_tokens=a.max_tokens, temperature=a.temperature, top_p=a.top_p,
         sc_samples=a.sc_samples or agents * (rounds + 1), checkpoint=str(Path(a.checkpoint).resolve()) if ckpt else None,
-        encoder=a.encoder or (ckpt.encoder if ckpt else None), out=out, batch=a.batch,
+        encoder=choose_encoder(ckpt.encoder, a.encoder, a.allow_encoder_mismatch) if ckpt else a.encoder,
+        out=out, batch=a.batch,
         cache="" if a.no_cache else a.cache, n_boot=a.n_boot, progress=not a.no_progress, backend_options=opts,
         checkpoint_sha256=ckpt.sha256 if ckpt else None, layout=layout, policy_sampling=a.policy_sampling,
         policy_world=a.policy_world,

@@ -95,3 +95,18 @@ def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, 
     assert decisions["debate_id"] == trace["debate_id"] and len(decisions["decisions"]) == 1
     assert [t["peers"] for t in trace["rounds"][1]] == [
         [j for j, m in enumerate(row) if m] for row in decisions["decisions"][0]["mask"]]
+
+
+def test_an_encoder_other_than_the_policys_is_refused_unless_allowed(exported):
+    from dear.export import choose_encoder
+
+    assert choose_encoder("hashing") == "hashing" and choose_encoder("hashing", "hashing") == "hashing"
+    with pytest.raises(ValueError, match="differs from 'hashing'.*--allow-encoder-mismatch"):
+        choose_encoder("hashing", "hashing:64")
+    assert choose_encoder("hashing", "hashing:64", allow_mismatch=True) == "hashing:64"
+    with pytest.raises(ValueError, match="allow-encoder-mismatch"):
+        RegulatedDebater(exported, SimBackend(), encoder="hashing:64")
+    debater = RegulatedDebater(exported, SimBackend(), encoder="hashing:64", allow_encoder_mismatch=True)
+    assert debater.encoder_spec == "hashing:64"
+    with pytest.raises(ValueError, match="allow-encoder-mismatch"):  # the CLI prints it as one `error:` line
+        main(["--policy", str(exported), "--llm", "sim", "--question", "1+1?", "--encoder", "hashing:64"])

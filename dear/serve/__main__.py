@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from dear import tasks
-from dear.export import ExportError, load_exported
+from dear.export import ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
 from dear.serve.app import ServeSettings, create_app
@@ -43,7 +43,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
     p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--encoder", help="override the policy's encoder spec")
+    p.add_argument("--encoder", help="override the policy's encoder spec (needs --allow-encoder-mismatch)")
+    p.add_argument("--allow-encoder-mismatch", action="store_true",
+                   help="serve with an --encoder other than the one the policy was trained with")
     p.add_argument("--cache", help="SQLite response cache")
     p.add_argument("--llm-option", action="append", type=_llm_option, default=[], metavar="KEY=VALUE",
                    help="keyword argument for the backend (repeat), e.g. n_parallel=8, max_retries=1")
@@ -77,12 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExportError as e:
         print(f"error: --policy: {e}", file=sys.stderr)
         return 2
+    try:  # refused here, before the server starts, not on the first request
+        choose_encoder(exported.encoder, a.encoder, a.allow_encoder_mismatch)
+    except ValueError as e:
+        print(f"error: --encoder: {e}", file=sys.stderr)
+        return 2
     options = backend_options(a, exported.n_agents)
 
     def build() -> RegulatedDebater:
         return RegulatedDebater(exported, a.llm, rounds=a.rounds, max_tokens=a.max_tokens,
                                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, encoder=a.encoder,
-                                cache=a.cache, **options)
+                                cache=a.cache, allow_encoder_mismatch=a.allow_encoder_mismatch, **options)
 
     scheduler = DebateScheduler(build, max_active=a.max_active, max_queue=a.max_queue,
                                 batch_window_s=a.batch_window_ms / 1000, retry_s=a.backend_retry_s)
