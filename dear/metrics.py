@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from dear.vote import key_correct, tally
+
 TRANSITIONS = ("C->C", "C->I", "I->C", "I->I")
 
 
@@ -138,24 +140,14 @@ class Drift:
 
 
 # ---------------------------------------------------------------- per-round building blocks
-def _key_correct(keys: Sequence[str | None], correct: Sequence[bool]) -> dict[str, bool]:
-    out: dict[str, bool] = {}
-    for k, c in zip(keys, correct):
-        if k is not None:
-            out[k] = out.get(k, False) or bool(c)
-    return out
-
-
 def round_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> RoundVote:
-    """Plurality of one round; ties are kept (all leaders), None never votes."""
-    counts = Counter(k for k in keys if k is not None)
-    if not counts:
+    """Plurality of one round (`dear.vote.tally`); ties are kept (all leaders), None never votes."""
+    t = tally(keys)
+    if not t.leaders:
         return RoundVote(leaders=(), top=0, counts={}, score=0.0)
-    top = max(counts.values())
-    leaders = tuple(sorted(k for k, c in counts.items() if c == top))
-    kc = _key_correct(keys, correct)
-    score = sum(kc[k] for k in leaders) / len(leaders)
-    return RoundVote(leaders=leaders, top=top, counts=dict(counts), score=float(score))
+    kc = key_correct(keys, correct)
+    score = sum(kc[k] for k in t.leaders) / len(t.leaders)
+    return RoundVote(leaders=t.leaders, top=t.top, counts=t.counts, score=float(score))
 
 
 def round_scores(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> np.ndarray:
@@ -165,7 +157,7 @@ def round_scores(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequ
 
 def agreeing_peers(keys: Sequence[str | None]) -> np.ndarray:
     """(V,) number of *other* agents sharing each agent's key (0 for no answer)."""
-    counts = Counter(k for k in keys if k is not None)
+    counts = tally(keys).counts
     return np.array([counts[k] - 1 if k is not None else 0 for k in keys], dtype=int)
 
 
@@ -200,7 +192,7 @@ def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequen
     for r in range(len(answers) - 1):
         keys, ok = answers[r], correct[r]
         vote = round_vote(keys, ok)
-        kc = _key_correct(keys, ok)
+        kc = key_correct(keys, ok)
         leaders_right = [kc[k] for k in vote.leaders]
         plurality_wrong = bool(leaders_right) and not any(leaders_right)
         plurality_right = bool(leaders_right) and all(leaders_right)
@@ -222,7 +214,7 @@ def conformity_narrow(answers: Sequence[Sequence[str | None]], correct: Sequence
     for r in range(len(answers) - 1):
         keys, ok = answers[r], correct[r]
         vote = round_vote(keys, ok)
-        kc = _key_correct(keys, ok)
+        kc = key_correct(keys, ok)
         leaders_right = [kc[k] for k in vote.leaders]
         plurality_wrong = bool(leaders_right) and not any(leaders_right)
         plurality_right = bool(leaders_right) and all(leaders_right)

@@ -35,6 +35,7 @@ from gymnasium import spaces
 
 from dear import tasks
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
+from dear.debate.trace import DebateTrace
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
 from dear.policy import (
@@ -90,6 +91,41 @@ class EnvConfig:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
         if not 0 < self.shaping_gamma <= 1:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What a finished (or failed) debate reports in its terminal info["episode"]: per-round (rounds run x V)
+    answers, correctness, masks and sampling, the outcome, and the full `DebateTrace`."""
+
+    question_id: str
+    final_answer: str | None
+    final_correct: bool
+    tie: bool
+    failed: bool
+    error: str | None  # why the debate failed (a backend request gave up), None when it finished
+    tokens_total: int
+    prompt_tokens: int
+    completion_tokens: int
+    answers_per_round: list[list[str | None]]  # (R+1, V) normalised answer keys
+    correct_per_round: np.ndarray  # (R+1, V) bool
+    masks_per_round: np.ndarray  # (R+1, V, V) bool: [r, i, j] = agent i read agent j in round r
+    temperature_per_round: np.ndarray  # (R+1, V)
+    top_p_per_round: np.ndarray  # (R+1, V)
+    trace: DebateTrace
+
+    @classmethod
+    def of(cls, d: Debate) -> EpisodeSummary:
+        tr = d.trace
+        return cls(
+            question_id=str(d.question.id), final_answer=tr.final_answer, final_correct=bool(tr.final_correct),
+            tie=bool(tr.tie), failed=bool(d.failed), error=tr.error, tokens_total=int(tr.total_tokens),
+            prompt_tokens=int(tr.prompt_tokens), completion_tokens=int(tr.completion_tokens),
+            answers_per_round=tr.answer_keys(), correct_per_round=tr.correctness(), masks_per_round=tr.masks(),
+            temperature_per_round=np.array([[t.temperature for t in ts] for ts in tr.rounds], dtype=np.float64),
+            top_p_per_round=np.array([[t.top_p for t in ts] for ts in tr.rounds], dtype=np.float64),
+            trace=tr,
+        )
 
 
 @dataclass
@@ -292,7 +328,7 @@ class DebateCore:
                 answers_per_round=trace.answer_keys(),
                 correct_per_round=trace.correctness(),
                 masks_per_round=trace.masks(),
-                trace=trace,
+                episode=EpisodeSummary.of(d),
             )
         return reward, parts
 

@@ -10,7 +10,7 @@ the returned ``obs[k]`` is already the first observation of its next debate, and
 ``infos["final_info"]["_<key>"]``) hold the terminal observation and the terminal info: reward parts,
 ``final_correct``, ``tokens_total``, ``answers_per_round`` / ``correct_per_round`` / ``masks_per_round``
 ((R+1) x V views for transitions, HCR and BCR), ``episode_return``, ``episode_length`` and the
-``trace`` (DebateTrace object). Such a step makes two generate calls: the last exchange round and round 0
+``episode`` (``envs.debate_env.EpisodeSummary``, with the full DebateTrace). Such a step makes two generate calls: the last exchange round and round 0
 of the new debates (still one call per round). With a fixed number of rounds all sub-debates end together.
 
 ``autoreset_mode=AutoresetMode.DISABLED`` (constructor kwarg) is also supported: finished sub-debates stay

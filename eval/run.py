@@ -364,7 +364,7 @@ class Evaluator:
                    round0: dict[str, DebateTrace]):
         import numpy as np
 
-        from dear.debate.engine import derive_seed
+        from dear.seeds import derive_seed
 
         density = self._dear_density(benchmark) if spec.kind == "dear" and spec.selection_mode == "random" else None
         run = M.build(spec, self.base, self.s.sc_samples, self.ckpt,

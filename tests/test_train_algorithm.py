@@ -71,7 +71,7 @@ def _seed_giving(learner: HAPPO, order: tuple[str, str]) -> int:
 def test_second_agent_uses_first_agents_ratio(agent_order, order):
     learner = _learner(agent_order=agent_order, norm_adv=True)
     batch = _batch(learner)
-    _, adv, _ = learner.advantages(batch)  # critic is only updated after both actors
+    adv = learner.advantages(batch).advantages  # critic is only updated after both actors
     adv = adv.reshape(-1)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     seed = _seed_giving(learner, order) if agent_order == "random" else 3

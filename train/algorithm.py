@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -22,6 +21,15 @@ from train.config import HAPPOConfig
 from train.valuenorm import ValueNorm
 
 AGENTS = ("selection", "behavior")
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """GAE results of a batch, each (E, T): critic values V(s_t), advantages Â_t and returns Â_t + V(s_t)."""
+
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
 
 
 @dataclass
@@ -106,12 +114,12 @@ class HAPPO:
         v = self.critic(state.to(self.device))
         return self.value_norm.denormalize(v) if self.cfg.value_norm else v
 
-    def advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(values, advantages, returns), each (E, T); episodes are complete, so no bootstrap value."""
+    def advantages(self, batch: RolloutBatch) -> Advantages:
+        """Values, advantages and returns, each (E, T); episodes are complete, so no bootstrap value."""
         values = self.values(batch.state)
         last = torch.zeros_like(values[:, -1])
         adv, ret = compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
-        return values, adv, ret
+        return Advantages(values=values, advantages=adv, returns=ret)
 
     # -- update ------------------------------------------------------------------------------------
     def agent_order(self, generator: torch.Generator) -> list[str]:
@@ -145,8 +153,8 @@ class HAPPO:
         cfg = self.cfg
         batch.check_finite()
         batch = batch.to(self.device)
-        values, adv, returns = self.advantages(batch)
-        adv, returns, values = adv.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        gae = self.advantages(batch)
+        adv, returns, values = gae.advantages.reshape(-1), gae.returns.reshape(-1), gae.values.reshape(-1)
         if cfg.norm_adv and adv.numel() > 1:
             # Normalised once over the whole batch (as HARL), so every agent sees the same Â.
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -258,8 +266,3 @@ def _to_cpu(tree):
     if isinstance(tree, list):
         return [_to_cpu(v) for v in tree]
     return tree
-
-
-def seed_for(seed: int, *keys: int) -> int:
-    """A 63-bit seed derived from (run seed, iteration, ...) so each iteration's randomness is fixed."""
-    return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))

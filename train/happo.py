@@ -49,7 +49,8 @@ from dear.integrity import IntegrityError, atomic_write_text
 from dear.llm.base import BackendError
 from dear.policy import Critic, JointPolicy
 from dear.regulator import state_dim
-from train.algorithm import HAPPO, seed_for
+from dear.seeds import derive_seed
+from train.algorithm import HAPPO
 from train.buffer import RolloutBatch
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
 from train.config import (
@@ -281,7 +282,7 @@ class Trainer:
             batch.check_finite()
         except FloatingPointError as e:
             raise TrainingError(f"iteration {it}: {e}") from e
-        gen = torch.Generator().manual_seed(seed_for(cfg.run.seed, it, 1_000_003))
+        gen = torch.Generator().manual_seed(derive_seed(cfg.run.seed, it, 1_000_003, bits=62))
         self._in_update = True
         try:
             stats = self.learner.update(batch, gen)
@@ -383,7 +384,7 @@ def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, de
         n = ecfg.rollout.envs_per_worker
         eps: list[EpisodeStats] = []
         for c in range(math.ceil(episodes / n)):
-            rng = np.random.default_rng(seed_for(seed, 7_777_777, c))
+            rng = np.random.default_rng(derive_seed(seed, 7_777_777, c, bits=62))
             spec = ChunkSpec(iteration=-1, index=c, env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, n)),
                              torch_seed=int(rng.integers(0, 2**62)))
             eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.rounds, deterministic).episodes

@@ -24,9 +24,10 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from dear.llm.base import Backend, ChatRequest, Completion
-from dear.metrics import conformity
+from dear.metrics import conformity, round_vote
 from dear.policy import JointPolicy
-from train.algorithm import seed_for
+from dear.seeds import derive_seed
+from envs.debate_env import EpisodeSummary
 from train.buffer import RolloutBatch
 from train.config import TrainConfig
 
@@ -80,7 +81,7 @@ def make_chunks(cfg: TrainConfig, iteration: int) -> list[ChunkSpec]:
     count = math.ceil(cfg.rollout.episodes_per_iter / n)
     chunks = []
     for c in range(count):
-        base = seed_for(cfg.run.seed, iteration, c)
+        base = derive_seed(cfg.run.seed, iteration, c, bits=62)
         rng = np.random.default_rng(base)
         chunks.append(ChunkSpec(iteration=iteration, index=c,
                                 env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, size=n)),
@@ -170,45 +171,25 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
 
 
 def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
-    def get(key):
-        return info[key][k]
-
-    answers, correct = get("answers_per_round"), get("correct_per_round")
-    answers = [list(a) for a in answers]
-    correct = [[bool(c) for c in row] for row in correct]
+    """Training statistics of debate `k` from its terminal info (reward parts plus its `EpisodeSummary`)."""
+    ep: EpisodeSummary = info["episode"][k]
+    answers = [list(a) for a in ep.answers_per_round]
+    correct = [[bool(c) for c in row] for row in ep.correct_per_round]
     conf = conformity(answers, correct)
-    masks = np.asarray(get("masks_per_round"), dtype=float) if get("masks_per_round") is not None else None
-    trace = get("trace")
-    temps, tops = [], []
-    for rnd in getattr(trace, "rounds", [])[1:]:
-        for t in getattr(rnd, "turns", rnd if isinstance(rnd, list) else []):
-            temps.append(float(getattr(t, "temperature", math.nan)))
-            tops.append(float(getattr(t, "top_p", math.nan)))
     v = len(correct[0])
-    if masks is not None and masks.size:
-        density = float(masks[1:].sum() / max(1, (masks.shape[0] - 1) * v * (v - 1))) if masks.ndim == 3 else math.nan
-    else:
-        density = math.nan
-    counts: dict[Any, int] = {}
-    for a in answers[0]:
-        if a is not None:
-            counts[a] = counts.get(a, 0) + 1
-    r0 = 0.0
-    if counts:
-        top = max(counts.values())
-        leaders = [a for a, c in counts.items() if c == top]
-        key_ok = {a: c for a, c in zip(answers[0], correct[0]) if a is not None}
-        r0 = float(np.mean([key_ok[a] for a in leaders]))
+    masks = np.asarray(ep.masks_per_round, dtype=float)
+    exchanged = masks.shape[0] - 1  # rounds after round 0
+    density = float(masks[1:].sum() / (exchanged * v * (v - 1))) if exchanged > 0 else math.nan
+    temps, tops = ep.temperature_per_round[1:], ep.top_p_per_round[1:]
     return EpisodeStats(
-        question_id=str(info["question_id"][k]) if "question_id" in info else "",
-        final_correct=bool(get("final_correct")), episode_return=float(get("episode_return")),
-        reward_correct=float(get("reward_correct")), reward_tokens=float(get("reward_tokens")),
-        tokens=int(get("tokens_total")), prompt_tokens=int(get("prompt_tokens")),
-        completion_tokens=int(get("completion_tokens")), tie=bool(get("tie")), failed=bool(get("failed")),
+        question_id=ep.question_id, final_correct=ep.final_correct,
+        episode_return=float(info["episode_return"][k]), reward_correct=float(info["reward_correct"][k]),
+        reward_tokens=float(info["reward_tokens"][k]), tokens=ep.tokens_total, prompt_tokens=ep.prompt_tokens,
+        completion_tokens=ep.completion_tokens, tie=ep.tie, failed=ep.failed,
         hcr_num=conf.hcr.num, hcr_den=conf.hcr.den, bcr_num=conf.bcr.num, bcr_den=conf.bcr.den,
-        round0_accuracy=r0, mean_temperature=float(np.nanmean(temps)) if temps else math.nan,
-        mean_top_p=float(np.nanmean(tops)) if tops else math.nan, mask_density=density,
-        error=getattr(trace, "error", None),
+        round0_accuracy=round_vote(answers[0], correct[0]).score,
+        mean_temperature=float(np.mean(temps)) if temps.size else math.nan,
+        mean_top_p=float(np.mean(tops)) if tops.size else math.nan, mask_density=density, error=ep.error,
     )
 
 
