@@ -114,7 +114,7 @@ def run_all(url: str, stats_url: str, workers: list[int], episodes: int, envs_pe
         for pool in pools.values():
             pool.close()
     n_chunks = -(-episodes // envs_per_worker)
-    rounds = cfgs[workers[0]].env.rounds + 1
+    rounds = cfgs[workers[0]].env.n_rounds + 1
     return [ScalingPoint(workers=w, walls_s=[round(x, 3) for x in walls[w]], debates=episodes, env_steps=steps[w],
                          completion_tokens=tokens_done[w], max_in_flight=peak[w],
                          llm_bound_s=-(-n_chunks // w) * rounds * tokens * ms_per_token / 1000) for w in workers]

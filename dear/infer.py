@@ -68,12 +68,11 @@ class RegulatedDebater:
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, **backend_options):
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
-        training = self.exported.manifest.get("training", {})
         if self.exported.synthetic:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
                         self.exported.path)
         self.config = DebateConfig(n_agents=self.exported.n_agents,
-                                   n_rounds=int(rounds if rounds is not None else training.get("rounds", 2)),
+                                   n_rounds=int(rounds if rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed)
         # The policy saw features from its own encoder; another one changes its inputs (allowed, but say so).
         self.encoder_spec = encoder or self.exported.encoder

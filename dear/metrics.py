@@ -1,6 +1,6 @@
 """Debate metrics on plain per-debate arrays (DESIGN §8). Floor 1: no project imports.
 
-A debate is described by `DebateRecord`: the normalised answer key and the correctness of every agent in every
+A debate is described by `ScoredDebate`: the normalised answer key and the correctness of every agent in every
 round (`answers[r][i]`, `correct[r][i]`), the final (plurality, seeded tie-break) correctness and the tokens.
 Single-call methods (single CoT, self-consistency) are records with one round.
 
@@ -49,7 +49,7 @@ TRANSITIONS = ("C->C", "C->I", "I->C", "I->I")
 
 # ---------------------------------------------------------------- records and small value types
 @dataclass(frozen=True)
-class DebateRecord:
+class ScoredDebate:
     """One debate (or one single-call method run) as plain arrays."""
 
     answers: Sequence[Sequence[str | None]]  # [round][agent] normalised answer key, None = no answer
@@ -67,18 +67,18 @@ class DebateRecord:
     def __post_init__(self) -> None:
         if len(self.answers) != len(self.correct):
             raise ValueError(
-                f"DebateRecord {self.question_id!r}: answers has {len(self.answers)} rounds, "
+                f"ScoredDebate {self.question_id!r}: answers has {len(self.answers)} rounds, "
                 f"correct has {len(self.correct)}"
             )
         for r, (a, c) in enumerate(zip(self.answers, self.correct)):
             if len(a) != len(c):
                 raise ValueError(
-                    f"DebateRecord {self.question_id!r}: round {r} has {len(a)} answers but {len(c)} grades"
+                    f"ScoredDebate {self.question_id!r}: round {r} has {len(a)} answers but {len(c)} grades"
                 )
         for name in ("peers_read", "truncated"):
             arr = getattr(self, name)
             if arr is not None and [len(x) for x in arr] != [len(a) for a in self.answers]:
-                raise ValueError(f"DebateRecord {self.question_id!r}: {name} does not have the answers' shape")
+                raise ValueError(f"ScoredDebate {self.question_id!r}: {name} does not have the answers' shape")
 
     @property
     def n_rounds(self) -> int:
@@ -413,7 +413,7 @@ class MethodSummary:
         return row
 
 
-def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000) -> MethodSummary:
+def summarize(records: Sequence[ScoredDebate], seed: int = 0, n_boot: int = 2000) -> MethodSummary:
     """All §8 metrics of one method on one benchmark."""
     if not records:
         raise ValueError("summarize: no debate records")

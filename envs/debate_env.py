@@ -11,7 +11,7 @@ Observation (Dict, float32, all entries in [0, 1]):
 Action (Dict):
     "mask"        MultiBinary(V(V-1)) ordered pairs in dear.policy.pair_order: 1 = agent i reads agent j
     "behavior"    Box([-10, 10], (2V,)) raw pre-sigmoid (z_T, z_P) per agent, agent-major
-                  [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temp_range/top_p_range.
+                  [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temperature_range/top_p_range.
 Reward: 0 on intermediate steps (unless `shaping=True`); terminal
     1[plurality answer correct] - token_cost * (all prompt + completion tokens of the debate) / 1000,
 with the parts in info["reward_correct"] and info["reward_tokens"].
@@ -39,7 +39,7 @@ from dear.debate.trace import DebateTrace
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
 from dear.policy import (
-    DEFAULT_TEMP_RANGE,
+    DEFAULT_TEMPERATURE_RANGE,
     DEFAULT_TOP_P_RANGE,
     RAW_BOUND,
     n_pairs,
@@ -52,7 +52,7 @@ from dear.tasks.types import Question
 
 
 @dataclass
-class EnvConfig:
+class DebateEnvConfig:
     """Everything that defines the environment besides the backend/encoder objects."""
 
     task: str = "synthetic"
@@ -62,7 +62,7 @@ class EnvConfig:
     n_rounds: int = 2  # exchange rounds = episode length
     temperature0: float = 0.7  # round-0 sampling
     top_p0: float = 0.9
-    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE
+    temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE
     token_cost: float = 0.01  # λ_tok per 1000 tokens
     max_tokens: int = 512
@@ -78,13 +78,13 @@ class EnvConfig:
             raise ValueError(
                 f"n_rounds must be >= 1 (an episode needs one exchange round), got {self.n_rounds}"
             )
-        for name in ("temp_range", "top_p_range"):
+        for name in ("temperature_range", "top_p_range"):
             lo, hi = (float(x) for x in getattr(self, name))
             if not lo < hi:
                 raise ValueError(f"{name} must be (low, high) with low < high, got {(lo, hi)}")
             setattr(self, name, (lo, hi))
-        if not (0 <= self.temp_range[0] and self.temp_range[1] <= 2.0):
-            raise ValueError(f"temp_range must lie in [0, 2], got {self.temp_range}")
+        if not (0 <= self.temperature_range[0] and self.temperature_range[1] <= 2.0):
+            raise ValueError(f"temperature_range must lie in [0, 2], got {self.temperature_range}")
         if not (0 < self.top_p_range[0] and self.top_p_range[1] <= 1.0):
             raise ValueError(f"top_p_range must lie in (0, 1], got {self.top_p_range}")
         if self.token_cost < 0:
@@ -145,7 +145,7 @@ class DebateCore:
 
     def __init__(
         self,
-        config: EnvConfig,
+        config: DebateEnvConfig,
         llm: str | Backend = "sim",
         encoder: str | Encoder | None = None,
         questions: Sequence[Question] | None = None,
@@ -246,7 +246,7 @@ class DebateCore:
         for bit, (i, j) in zip(pairs, self.pairs):
             mask[i, j] = bool(bit)
         raw = raw.reshape(v, 2).astype(np.float32)
-        s = to_sampling(raw, self.config.temp_range, self.config.top_p_range)
+        s = to_sampling(raw, self.config.temperature_range, self.config.top_p_range)
         return ParsedAction(pairs=pairs, mask=mask, raw=raw, temperature=s.temperature, top_p=s.top_p)
 
     def controls(self, parsed: Sequence[ParsedAction]) -> list[RoundControl]:
@@ -357,7 +357,7 @@ class DebateEnv(gym.Env):
         n_rounds: int = 2,
         temperature0: float = 0.7,
         top_p0: float = 0.9,
-        temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+        temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
         top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
         token_cost: float = 0.01,
         max_tokens: int = 512,
@@ -370,7 +370,7 @@ class DebateEnv(gym.Env):
         render_mode: str | None = None,
     ):
         super().__init__()
-        self.config = EnvConfig(
+        self.config = DebateEnvConfig(
             task=task,
             split=split,
             n_questions=n_questions,
@@ -378,7 +378,7 @@ class DebateEnv(gym.Env):
             n_rounds=n_rounds,
             temperature0=temperature0,
             top_p0=top_p0,
-            temp_range=tuple(temp_range),
+            temperature_range=tuple(temperature_range),
             top_p_range=tuple(top_p_range),
             token_cost=token_cost,
             max_tokens=max_tokens,

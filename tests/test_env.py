@@ -109,7 +109,7 @@ def test_action_mask_is_the_mask_the_next_prompts_used():
 
 def test_sampling_mapping_hits_configured_bounds():
     t_range, p_range = (0.2, 1.1), (0.6, 0.95)
-    env = make(n_agents=3, n_rounds=2, temp_range=t_range, top_p_range=p_range)
+    env = make(n_agents=3, n_rounds=2, temperature_range=t_range, top_p_range=p_range)
     env.reset(seed=0)
     low = {"mask": np.ones(6, np.int8), "behavior": np.full(6, -RAW_BOUND, np.float32)}
     high = {"mask": np.ones(6, np.int8), "behavior": np.full(6, RAW_BOUND, np.float32)}
@@ -233,8 +233,8 @@ def test_step_before_reset_and_after_end():
 def test_bad_constructor_args():
     with pytest.raises(ValueError, match="n_rounds"):
         make(n_rounds=0)
-    with pytest.raises(ValueError, match="temp_range"):
-        make(temp_range=(1.0, 0.5))
+    with pytest.raises(ValueError, match="temperature_range"):
+        make(temperature_range=(1.0, 0.5))
     with pytest.raises(ValueError, match="llm"):
         DebateEnv(llm=3, task="synthetic", n_questions=5)
 

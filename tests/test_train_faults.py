@@ -148,7 +148,7 @@ def test_failed_resume_changes_nothing_on_disk(tmp_path, capsys):
     run = tmp_path / "run"
     _train(run, "run.iterations=2")
     before = _tree(run)
-    assert main(["--resume", str(run), "env.num_agents=5", "logging.progress=false"]) == 2
+    assert main(["--resume", str(run), "env.n_agents=5", "logging.progress=false"]) == 2
     err = capsys.readouterr().err
     assert "model.safetensors" in err and "do not fit" in err
     assert _tree(run) == before  # config.yaml, metrics and checkpoints untouched

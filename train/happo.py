@@ -58,6 +58,7 @@ from train.config import (
     TrainConfig,
     apply_overrides,
     config_from_dict,
+    rename_deprecated_keys,
     help_epilog,
     load_config,
 )
@@ -189,7 +190,7 @@ class Trainer:
         self.config_yaml = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
         self.policy: JointPolicy = make_policy(cfg)
-        self.critic = Critic(state_dim(cfg.env.num_agents), cfg.policy.critic_hidden)
+        self.critic = Critic(state_dim(cfg.env.n_agents), cfg.policy.critic_hidden)
         self.learner = HAPPO(self.policy, self.critic, cfg.happo, cfg.run.device)
         self.counters = Counters()
         self.last_good: Path | None = None
@@ -387,7 +388,7 @@ def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, de
             rng = np.random.default_rng(derive_seed(seed, 7_777_777, c, bits=62))
             spec = ChunkSpec(iteration=-1, index=c, env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, n)),
                              torch_seed=int(rng.integers(0, 2**62)))
-            eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.rounds, deterministic).episodes
+            eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.n_rounds, deterministic).episodes
         return summarize_episodes(eps[:episodes])
     finally:
         pool.close()
@@ -439,6 +440,7 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
             raise ConfigError(f"{saved}: cannot be parsed (damaged?): {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{saved}: top level must be a mapping")
+        data = rename_deprecated_keys(data, f"{saved}: ")  # a run saved before a key was renamed
         data = apply_overrides(data, list(args.overrides))  # e.g. run.iterations=400 to extend a run
         return config_from_dict(data, f"{saved}: ")
     return load_config(args.config, list(args.overrides))

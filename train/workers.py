@@ -98,9 +98,9 @@ def policy_config(cfg: TrainConfig):
 
     p = cfg.policy
     return PolicyConfig(
-        n_agents=cfg.env.num_agents, selection_mode=p.selection_mode, behavior_mode=p.behavior_mode,
-        fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.init_log_std,
-        temp_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
+        n_agents=cfg.env.n_agents, selection_mode=p.selection_mode, behavior_mode=p.behavior_mode,
+        fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.log_std_init,
+        temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
         fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
     )
 
@@ -154,7 +154,7 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
     e = cfg.env
     kwargs = dict(
         num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
-        encoder=e.encoder, n_agents=e.num_agents, n_rounds=e.rounds, temp_range=e.temperature_range,
+        encoder=e.encoder, n_agents=e.n_agents, n_rounds=e.n_rounds, temperature_range=e.temperature_range,
         top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
     )
     kwargs.update(e.options)
@@ -275,7 +275,7 @@ class RolloutWorker:
                 deterministic: bool = False) -> list[ChunkResult]:
         if weights is not None:
             self.set_weights(weights)
-        return [run_chunk(self.venv, self.policy, c, self.cfg.env.rounds, deterministic) for c in chunks]
+        return [run_chunk(self.venv, self.policy, c, self.cfg.env.n_rounds, deterministic) for c in chunks]
 
     def close(self) -> None:
         self.venv.close()
