@@ -21,7 +21,8 @@ from dear.regulator import state_dim
 from train.algorithm import HAPPO
 from train.buffer import RolloutBatch
 from train.config import load_config
-from train.workers import make_chunks, make_policy
+from train.build import make_policy
+from train.workers import make_chunks
 
 
 def _update_batch(policy, v: int, t: int, e: int) -> RolloutBatch:

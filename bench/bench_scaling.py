@@ -87,7 +87,8 @@ def run_all(url: str, stats_url: str, workers: list[int], episodes: int, envs_pe
             ms_per_token: float, repeats: int) -> list[ScalingPoint]:
     """One pool per worker count, all alive at once; the timed collects go round-robin over the pools so
     that a change in the machine's load hits every setting alike."""
-    from train.workers import RayPool, make_chunks, make_policy
+    from train.build import make_policy
+    from train.workers import RayPool, make_chunks
 
     cfgs = {w: make_config(url, w, episodes, envs_per_worker, tokens) for w in workers}
     pools = {}

@@ -214,7 +214,8 @@ def test_interrupted_iteration_keeps_finished_chunks_and_resume_is_bit_identical
 
 def test_kept_chunks_are_reused_only_for_the_same_weights_and_skip_failed_debates(tmp_path):
     from train.partial import PartialIteration, rollout_key
-    from train.workers import LocalPool, make_chunks, make_policy
+    from train.build import make_policy
+    from train.workers import LocalPool, make_chunks
 
     cfg = _cfg("rollout.envs_per_worker=4", "llm.options.fail_rate=0.05")
     weights = make_policy(cfg).state_dict()

@@ -62,6 +62,7 @@ from train.config import (
     help_epilog,
     load_config,
 )
+from train.build import make_policy
 from train.logger import RunLogger, read_metrics
 from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
 from train.workers import (
@@ -71,7 +72,6 @@ from train.workers import (
     LocalPool,
     RolloutReport,
     make_chunks,
-    make_policy,
     make_pool,
     run_chunk,
 )

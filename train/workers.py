@@ -1,4 +1,6 @@
-"""Rollout collection: in-process or on Ray actors, with the LLM engine as a shared Ray actor.
+"""Rollout collection: in-process or on Ray actors, with the LLM engine as a shared Ray actor. The policy,
+backend and env each worker runs are built by `train.build`; the config reaches every worker once, as the
+`TrainConfig` itself.
 
 Work unit = a *chunk*: one vector env batch of `envs_per_worker` debates run for R steps. Each chunk's
 randomness (the sub-debates' env seeds and the torch seed of policy sampling) is derived from
@@ -21,13 +23,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
 from dear.llm.base import Backend, ChatRequest, Completion
 from dear.metrics import conformity, round_vote
 from dear.policy import JointPolicy
 from dear.seeds import derive_seed
 from envs.debate_env import EpisodeSummary
+from train.build import TimedBackend, make_local_backend, make_policy, make_vector_env
 from train.buffer import RolloutBatch
 from train.config import TrainConfig
 
@@ -90,83 +92,6 @@ def make_chunks(cfg: TrainConfig, iteration: int) -> list[ChunkSpec]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Building the policy and the env from the config
-
-
-def policy_config(cfg: TrainConfig):
-    from dear.policy import PolicyConfig
-
-    p = cfg.policy
-    return PolicyConfig(
-        n_agents=cfg.env.n_agents, selection_mode=p.selection_mode, behavior_mode=p.behavior_mode,
-        fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.log_std_init,
-        temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
-        fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
-    )
-
-
-def make_policy(cfg: TrainConfig) -> JointPolicy:
-    torch.manual_seed(cfg.run.seed)  # network initialisation
-    return JointPolicy(policy_config(cfg))
-
-
-def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    kwargs = dict(cfg.llm.options)
-    return kwargs
-
-
-def make_local_backend(cfg: TrainConfig) -> Backend:
-    from dear.llm.registry import make_backend
-
-    backend = make_backend(cfg.llm.backend_spec(), **backend_kwargs(cfg))
-    if cfg.llm.cache:
-        from dear.llm.cache import CachedBackend
-
-        backend = CachedBackend(backend, cfg.llm.cache)
-    return backend
-
-
-class _TimedBackend(Backend):
-    """Measures time spent inside generate() (the "LLM share" of an iteration)."""
-
-    def __init__(self, inner: Backend):
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.synthetic = inner.synthetic
-        self.context_length = inner.context_length
-        self.seconds = 0.0
-
-    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        t0 = time.perf_counter()
-        try:
-            return self.inner.generate(requests)
-        finally:
-            self.seconds += time.perf_counter() - t0
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def make_vector_env(cfg: TrainConfig, backend: Backend):
-    e = cfg.env
-    kwargs = dict(
-        num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
-        encoder=e.encoder, n_agents=e.n_agents, n_rounds=e.n_rounds, temperature_range=e.temperature_range,
-        top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
-    )
-    kwargs.update(e.options)
-    from envs.vector_env import DebateVectorEnv
-
-    # No autoreset: every chunk starts with a seeded reset and all debates end at the same step, so
-    # autoreset would only generate round 0 of debates that are never stepped (a third of all LLM calls
-    # at R = 2). Terminal infos then arrive in the last step's `infos` directly.
-    return DebateVectorEnv(autoreset_mode=AutoresetMode.DISABLED, **kwargs)
-
-
-# ---------------------------------------------------------------------------------------------------
 # One chunk
 
 
@@ -208,7 +133,7 @@ def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determin
 
 def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, deterministic: bool) -> ChunkResult:
     t0 = time.perf_counter()
-    timed = venv.core.backend if isinstance(venv.core.backend, _TimedBackend) else None
+    timed = venv.core.backend if isinstance(venv.core.backend, TimedBackend) else None
     llm0 = timed.seconds if timed else 0.0
     torch.manual_seed(spec.torch_seed)
     obs, _ = venv.reset(seed=list(spec.env_seeds))
@@ -254,15 +179,13 @@ def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determi
 class RolloutWorker:
     """Owns a vector env and a copy of the actors; the Ray actor class wraps this same class."""
 
-    def __init__(self, cfg_dict: dict, worker_index: int, engine=None):
-        from train.config import config_from_dict
-
-        self.cfg = config_from_dict(cfg_dict)
+    def __init__(self, cfg: TrainConfig, worker_index: int, engine=None):
+        self.cfg = cfg
         torch.set_num_threads(1)
         self.index = worker_index
         self.policy = make_policy(self.cfg)
         backend = RemoteBackend(engine) if engine is not None else make_local_backend(self.cfg)
-        self.backend = _TimedBackend(backend)
+        self.backend = TimedBackend(backend)
         self.venv = make_vector_env(self.cfg, self.backend)
 
     def pid(self) -> int:
@@ -284,10 +207,8 @@ class RolloutWorker:
 class LLMEngine:
     """Owns one real backend (llama.cpp / vLLM / HTTP client / sim); shared by the rollout workers."""
 
-    def __init__(self, cfg_dict: dict):
-        from train.config import config_from_dict
-
-        self.backend = make_local_backend(config_from_dict(cfg_dict))
+    def __init__(self, cfg: TrainConfig):
+        self.backend = make_local_backend(cfg)
 
     def info(self) -> dict[str, Any]:
         b = self.backend
@@ -338,7 +259,7 @@ class LocalPool:
 
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
-        self.worker = RolloutWorker(cfg.to_dict(), 0)
+        self.worker = RolloutWorker(cfg, 0)
         self.synthetic = self.worker.backend.synthetic
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
@@ -389,7 +310,6 @@ class RayPool:
         init_ray(address)
         self.ray = ray
         self.cfg = cfg
-        self.cfg_dict = cfg.to_dict()
         placement = cfg.llm.placement
         if placement == "auto":
             placement = "in_worker" if cfg.llm.synthetic else "engine"
@@ -398,7 +318,7 @@ class RayPool:
             engine_cls = ray.remote(LLMEngine).options(
                 num_cpus=cfg.rollout.engine_num_cpus, max_concurrency=max(2, 2 * cfg.rollout.num_workers),
                 name=None)
-            self.engine = engine_cls.remote(self.cfg_dict)
+            self.engine = engine_cls.remote(cfg)
             info = ray.get(self.engine.info.remote())  # surfaces engine start-up errors here
             self.synthetic = bool(info["synthetic"])
         else:
@@ -409,7 +329,7 @@ class RayPool:
         self.total_restarts = 0
 
     def _spawn(self, index: int):
-        return self._worker_cls.remote(self.cfg_dict, index, self.engine)
+        return self._worker_cls.remote(self.cfg, index, self.engine)
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
                 on_chunk: Callable[[int, int], None] | None = None,
