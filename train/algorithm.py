@@ -16,20 +16,11 @@ import torch
 from torch import nn
 
 from dear.policy import Critic, JointPolicy
-from train.buffer import RolloutBatch, compute_gae
+from train.buffer import Advantages, RolloutBatch, compute_gae
 from train.config import HAPPOConfig
 from train.valuenorm import ValueNorm
 
 AGENTS = ("selection", "behavior")
-
-
-@dataclass(frozen=True)
-class Advantages:
-    """GAE results of a batch, each (E, T): critic values V(s_t), advantages Â_t and returns Â_t + V(s_t)."""
-
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
 
 
 @dataclass
@@ -118,8 +109,7 @@ class HAPPO:
         """Values, advantages and returns, each (E, T); episodes are complete, so no bootstrap value."""
         values = self.values(batch.state)
         last = torch.zeros_like(values[:, -1])
-        adv, ret = compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
-        return Advantages(values=values, advantages=adv, returns=ret)
+        return compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
 
     # -- update ------------------------------------------------------------------------------------
     def agent_order(self, generator: torch.Generator) -> list[str]:
