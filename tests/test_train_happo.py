@@ -216,7 +216,8 @@ def test_ray_address_joins_an_existing_cluster(tmp_path):
                     "--port", str(port)], env=env, check=True, capture_output=True, timeout=120)
     try:
         r = subprocess.run([sys.executable, "-m", "train.happo", "--config", "sim", "run.iterations=1",
-                            "rollout.num_workers=2", "rollout.episodes_per_iter=32", "logging.progress=false",
+                            "rollout.num_workers=2", "rollout.envs_per_worker=16", "rollout.episodes_per_iter=32",
+                            "logging.progress=false",
                             f"run.out_dir={tmp_path}", "--ray-address", f"127.0.0.1:{port}"],
                            env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
