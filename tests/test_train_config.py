@@ -100,6 +100,7 @@ def test_help_lists_every_config_key_with_default_and_help(capsys):
         assert f"{key} = {default}" in out
         assert text, f"{key} has no help comment in train/config.py"
     assert "happo.ent_coef_behavior = 0.01  -- entropy bonus" in out
+    assert "env.num_agents -> env.n_agents" in out and "policy.init_log_std -> policy.log_std_init" in out
 
 
 def test_sampling_ranges_use_the_engines_bounds():

@@ -462,4 +462,6 @@ def help_epilog() -> str:
             section = head
             lines.append(f"  {section}:")
         lines.append(f"    {key} = {default}" + (f"  -- {text}" if text else ""))
+    lines.append("  renamed keys (the old name still loads, with a deprecation message):")
+    lines += [f"    {old} -> {new}" for old, new in RENAMED_KEYS.items()]
     return "\n".join(lines)
