@@ -103,7 +103,7 @@ def bench_real(llm: str, n_agents: int, n_rounds: int, max_tokens: int, task: st
     env.close()
     return {
         "llm": llm,
-        "model": info["trace"].model_ids[0],
+        "model": info["episode"].trace.model_ids[0],
         "load_s": t_load,
         "episode_wall_s": t_episode,
         "backend_s": backend_s,

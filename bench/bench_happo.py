@@ -21,7 +21,8 @@ from dear.regulator import state_dim
 from train.algorithm import HAPPO
 from train.buffer import RolloutBatch
 from train.config import load_config
-from train.workers import make_chunks, make_policy
+from train.build import make_policy
+from train.workers import make_chunks
 
 
 def _update_batch(policy, v: int, t: int, e: int) -> RolloutBatch:
@@ -44,7 +45,7 @@ def _update_batch(policy, v: int, t: int, e: int) -> RolloutBatch:
 def time_update(device: str, n_transitions: int = 4096, repeats: int = 3) -> list[float]:
     """Wall times of `repeats` HAPPO updates (configs/sim.yaml settings) on `device`, after one warm-up."""
     cfg = load_config("sim")
-    v, t = cfg.env.num_agents, cfg.env.rounds
+    v, t = cfg.env.n_agents, cfg.env.n_rounds
     torch.set_num_threads(cfg.run.torch_threads)
     policy = make_policy(cfg)
     batch = _update_batch(policy, v, t, n_transitions // t)

@@ -87,7 +87,8 @@ def run_all(url: str, stats_url: str, workers: list[int], episodes: int, envs_pe
             ms_per_token: float, repeats: int) -> list[ScalingPoint]:
     """One pool per worker count, all alive at once; the timed collects go round-robin over the pools so
     that a change in the machine's load hits every setting alike."""
-    from train.workers import RayPool, make_chunks, make_policy
+    from train.build import make_policy
+    from train.workers import RayPool, make_chunks
 
     cfgs = {w: make_config(url, w, episodes, envs_per_worker, tokens) for w in workers}
     pools = {}
@@ -114,7 +115,7 @@ def run_all(url: str, stats_url: str, workers: list[int], episodes: int, envs_pe
         for pool in pools.values():
             pool.close()
     n_chunks = -(-episodes // envs_per_worker)
-    rounds = cfgs[workers[0]].env.rounds + 1
+    rounds = cfgs[workers[0]].env.n_rounds + 1
     return [ScalingPoint(workers=w, walls_s=[round(x, 3) for x in walls[w]], debates=episodes, env_steps=steps[w],
                          completion_tokens=tokens_done[w], max_in_flight=peak[w],
                          llm_bound_s=-(-n_chunks // w) * rounds * tokens * ms_per_token / 1000) for w in workers]

@@ -75,6 +75,24 @@ class ExportedPolicy:
     def synthetic(self) -> bool:
         return bool(self.manifest.get("training", {}).get("synthetic", False))
 
+    @property
+    def n_rounds(self) -> int | None:
+        """Exchange rounds the policy was trained for (None = unknown); manifests before issue 16 say "rounds"."""
+        training = self.manifest.get("training", {})
+        value = training.get("n_rounds", training.get("rounds"))
+        return None if value is None else int(value)
+
+
+def _run_setting(section: dict[str, Any], key: str, old_key: str, default: Any = KeyError) -> Any:
+    """A run config.yaml value under its current key, or under the name it had before issue 16's renames."""
+    if key in section:
+        return section[key]
+    if old_key in section:
+        return section[old_key]
+    if default is KeyError:
+        raise KeyError(key)
+    return default
+
 
 def choose_encoder(trained: str, requested: str | None = None, allow_mismatch: bool = False) -> str:
     """The encoder a policy runs with: the one it was trained with (named in its manifest). Another encoder
@@ -115,7 +133,7 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
             "pairs_meaning": "pairs[k] = 1 for pair_order[k] = (i, j): agent i reads agent j's previous answer",
             "behavior": "raw (V, 2) pre-sigmoid (z_T, z_P) per agent, clipped to +-raw_bound",
             "raw_bound": RAW_BOUND,
-            "temperature_range": list(cfg.temp_range),
+            "temperature_range": list(cfg.temperature_range),
             "top_p_range": list(cfg.top_p_range),
             "mapping": "T = T_min + (T_max - T_min) * sigmoid(z_T); top_p = P_min + (P_max - P_min) * sigmoid(z_P)",
         },
@@ -250,10 +268,10 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
         raise ExportError(f"{ckpt / 'config.yaml'}: cannot be parsed as a run config: {type(e).__name__}: {e}") from None
     try:
         pcfg = PolicyConfig(
-            n_agents=env["num_agents"], selection_mode=pol.get("selection_mode", "learned"),
+            n_agents=_run_setting(env, "n_agents", "num_agents"), selection_mode=pol.get("selection_mode", "learned"),
             behavior_mode=pol.get("behavior_mode", "learned"), fusion=env.get("fusion", "dst"),
             selection_hidden=pol.get("hidden", 64), behavior_hidden=pol.get("hidden", 64),
-            log_std_init=pol.get("init_log_std", -0.5), temp_range=tuple(env["temperature_range"]),
+            log_std_init=_run_setting(pol, "log_std_init", "init_log_std", -0.5), temperature_range=tuple(env["temperature_range"]),
             top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
             fixed_top_p=pol.get("fixed_top_p", 0.9),
         )
@@ -274,7 +292,7 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             raise ExportError(str(e)) from None
     training = {"checkpoint": str(ckpt), "iteration": state.get("counters", {}).get("iteration"),
                 "task": env.get("task"), "split": env.get("split"), "llm": spec, "synthetic": synthetic,
-                "rounds": env.get("rounds"), "token_cost": env.get("token_cost")}
+                "n_rounds": _run_setting(env, "n_rounds", "rounds", None), "token_cost": env.get("token_cost")}
     return export_policy(policy, out_dir, encoder, training, force=force)
 
 

@@ -69,12 +69,11 @@ class RegulatedDebater:
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
                  **backend_options):
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
-        training = self.exported.manifest.get("training", {})
         if self.exported.synthetic:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
                         self.exported.path)
         self.config = DebateConfig(n_agents=self.exported.n_agents,
-                                   n_rounds=int(rounds if rounds is not None else training.get("rounds", 2)),
+                                   n_rounds=int(rounds if rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
         self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)

@@ -1,6 +1,6 @@
 """Debate metrics on plain per-debate arrays (DESIGN §8). Floor 1: no project imports.
 
-A debate is described by `DebateRecord`: the normalised answer key and the correctness of every agent in every
+A debate is described by `ScoredDebate`: the normalised answer key and the correctness of every agent in every
 round (`answers[r][i]`, `correct[r][i]`), the final (plurality, seeded tie-break) correctness and the tokens.
 Single-call methods (single CoT, self-consistency) are records with one round.
 
@@ -42,12 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from dear.vote import key_correct, tally
+
 TRANSITIONS = ("C->C", "C->I", "I->C", "I->I")
 
 
 # ---------------------------------------------------------------- records and small value types
 @dataclass(frozen=True)
-class DebateRecord:
+class ScoredDebate:
     """One debate (or one single-call method run) as plain arrays."""
 
     answers: Sequence[Sequence[str | None]]  # [round][agent] normalised answer key, None = no answer
@@ -65,18 +67,18 @@ class DebateRecord:
     def __post_init__(self) -> None:
         if len(self.answers) != len(self.correct):
             raise ValueError(
-                f"DebateRecord {self.question_id!r}: answers has {len(self.answers)} rounds, "
+                f"ScoredDebate {self.question_id!r}: answers has {len(self.answers)} rounds, "
                 f"correct has {len(self.correct)}"
             )
         for r, (a, c) in enumerate(zip(self.answers, self.correct)):
             if len(a) != len(c):
                 raise ValueError(
-                    f"DebateRecord {self.question_id!r}: round {r} has {len(a)} answers but {len(c)} grades"
+                    f"ScoredDebate {self.question_id!r}: round {r} has {len(a)} answers but {len(c)} grades"
                 )
         for name in ("peers_read", "truncated"):
             arr = getattr(self, name)
             if arr is not None and [len(x) for x in arr] != [len(a) for a in self.answers]:
-                raise ValueError(f"DebateRecord {self.question_id!r}: {name} does not have the answers' shape")
+                raise ValueError(f"ScoredDebate {self.question_id!r}: {name} does not have the answers' shape")
 
     @property
     def n_rounds(self) -> int:
@@ -138,24 +140,14 @@ class Drift:
 
 
 # ---------------------------------------------------------------- per-round building blocks
-def _key_correct(keys: Sequence[str | None], correct: Sequence[bool]) -> dict[str, bool]:
-    out: dict[str, bool] = {}
-    for k, c in zip(keys, correct):
-        if k is not None:
-            out[k] = out.get(k, False) or bool(c)
-    return out
-
-
 def round_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> RoundVote:
-    """Plurality of one round; ties are kept (all leaders), None never votes."""
-    counts = Counter(k for k in keys if k is not None)
-    if not counts:
+    """Plurality of one round (`dear.vote.tally`); ties are kept (all leaders), None never votes."""
+    t = tally(keys)
+    if not t.leaders:
         return RoundVote(leaders=(), top=0, counts={}, score=0.0)
-    top = max(counts.values())
-    leaders = tuple(sorted(k for k, c in counts.items() if c == top))
-    kc = _key_correct(keys, correct)
-    score = sum(kc[k] for k in leaders) / len(leaders)
-    return RoundVote(leaders=leaders, top=top, counts=dict(counts), score=float(score))
+    kc = key_correct(keys, correct)
+    score = sum(kc[k] for k in t.leaders) / len(t.leaders)
+    return RoundVote(leaders=t.leaders, top=t.top, counts=t.counts, score=float(score))
 
 
 def round_scores(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> np.ndarray:
@@ -165,7 +157,7 @@ def round_scores(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequ
 
 def agreeing_peers(keys: Sequence[str | None]) -> np.ndarray:
     """(V,) number of *other* agents sharing each agent's key (0 for no answer)."""
-    counts = Counter(k for k in keys if k is not None)
+    counts = tally(keys).counts
     return np.array([counts[k] - 1 if k is not None else 0 for k in keys], dtype=int)
 
 
@@ -200,7 +192,7 @@ def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequen
     for r in range(len(answers) - 1):
         keys, ok = answers[r], correct[r]
         vote = round_vote(keys, ok)
-        kc = _key_correct(keys, ok)
+        kc = key_correct(keys, ok)
         leaders_right = [kc[k] for k in vote.leaders]
         plurality_wrong = bool(leaders_right) and not any(leaders_right)
         plurality_right = bool(leaders_right) and all(leaders_right)
@@ -222,7 +214,7 @@ def conformity_narrow(answers: Sequence[Sequence[str | None]], correct: Sequence
     for r in range(len(answers) - 1):
         keys, ok = answers[r], correct[r]
         vote = round_vote(keys, ok)
-        kc = _key_correct(keys, ok)
+        kc = key_correct(keys, ok)
         leaders_right = [kc[k] for k in vote.leaders]
         plurality_wrong = bool(leaders_right) and not any(leaders_right)
         plurality_right = bool(leaders_right) and all(leaders_right)
@@ -421,7 +413,7 @@ class MethodSummary:
         return row
 
 
-def summarize(records: Sequence[DebateRecord], seed: int = 0, n_boot: int = 2000) -> MethodSummary:
+def summarize(records: Sequence[ScoredDebate], seed: int = 0, n_boot: int = 2000) -> MethodSummary:
     """All §8 metrics of one method on one benchmark."""
     if not records:
         raise ValueError("summarize: no debate records")

@@ -25,8 +25,9 @@ Conventions (also used by the environment and the export manifest):
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ BehaviorMode = Literal["learned", "fixed"]
 FusionRule = Literal["dst", "mean"]
 
 RAW_BOUND = 10.0  # finite bound of the environment's raw behavior Box; sigmoid(±10) is within 5e-5 of 0/1
-DEFAULT_TEMP_RANGE = (0.1, 1.2)
+DEFAULT_TEMPERATURE_RANGE = (0.1, 1.2)
 DEFAULT_TOP_P_RANGE = (0.5, 1.0)
 
 
@@ -126,7 +127,7 @@ class Sampling:
 
 def to_sampling(
     raw: torch.Tensor | np.ndarray,
-    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+    temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
 ) -> Sampling:
     """DESIGN §5: ``T = T_min + (T_max - T_min) σ(z_T)``, ``top_p = P_min + (P_max - P_min) σ(z_P)``.
@@ -134,7 +135,7 @@ def to_sampling(
     ``raw[..., 0]`` is z_T and ``raw[..., 1]`` is z_P. Works on torch tensors and numpy arrays. The only
     place in the project where this mapping is written down.
     """
-    (t_lo, t_hi), (p_lo, p_hi) = temp_range, top_p_range
+    (t_lo, t_hi), (p_lo, p_hi) = temperature_range, top_p_range
     if isinstance(raw, torch.Tensor):
         sig = torch.sigmoid(raw)
     else:
@@ -146,7 +147,7 @@ def to_sampling(
 def from_sampling(
     temperature: float,
     top_p: float,
-    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+    temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
 ) -> tuple[float, float]:
     """Inverse of `to_sampling` for one (T, top-p), clipped to ±RAW_BOUND (so range ends are reachable)."""
@@ -158,7 +159,7 @@ def from_sampling(
         q = min(max(q, 1e-12), 1 - 1e-12)
         return float(np.clip(math.log(q / (1 - q)), -RAW_BOUND, RAW_BOUND))
 
-    return logit(temperature, *temp_range, "temperature"), logit(top_p, *top_p_range, "top_p")
+    return logit(temperature, *temperature_range, "temperature"), logit(top_p, *top_p_range, "top_p")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -309,7 +310,7 @@ class PolicyConfig:
     selection_hidden: int = 64
     behavior_hidden: int = 64
     log_std_init: float = -0.5
-    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE
+    temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE
     fixed_temperature: float = 0.7  # used by behavior_mode="fixed" and as the learned mean's initial value
     fixed_top_p: float = 0.9
@@ -325,14 +326,24 @@ class PolicyConfig:
             raise ValueError(f"fusion must be dst|mean, got {self.fusion!r}")
         if self.n_agents < 2:
             raise ValueError(f"n_agents must be >= 2, got {self.n_agents}")
-        self.temp_range = tuple(float(x) for x in self.temp_range)
+        self.temperature_range = tuple(float(x) for x in self.temperature_range)
         self.top_p_range = tuple(float(x) for x in self.top_p_range)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    # Old key -> new key (issue 16); manifests and checkpoints written before the rename still load.
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"temp_range": "temperature_range"}
+
     @classmethod
     def from_dict(cls, data: dict) -> PolicyConfig:
+        data = dict(data)
+        for old, new in cls.RENAMED_KEYS.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"PolicyConfig: '{old}' and '{new}' are the same setting; keep only '{new}'")
+                warnings.warn(f"PolicyConfig key '{old}' is deprecated; use '{new}'", FutureWarning, stacklevel=2)
+                data[new] = data.pop(old)
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"PolicyConfig: unknown keys {sorted(unknown)}")
@@ -390,7 +401,7 @@ class JointPolicy(nn.Module):
         self.selection = SelectionPolicy(config.n_agents, config.selection_hidden)
         self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init)
         self._fixed_raw = from_sampling(
-            config.fixed_temperature, config.fixed_top_p, config.temp_range, config.top_p_range
+            config.fixed_temperature, config.fixed_top_p, config.temperature_range, config.top_p_range
         )
         self.behavior.set_mean_bias(*self._fixed_raw)
         self._generator = torch.Generator().manual_seed(config.seed)
@@ -469,7 +480,7 @@ class JointPolicy(nn.Module):
         behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)
         raw, logp_b, ent_b = self._behave(behavior_obs, deterministic)
         sampling = to_sampling(
-            raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temp_range, self.config.top_p_range
+            raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temperature_range, self.config.top_p_range
         )
         return ActOutput(
             mask=mask,

@@ -17,7 +17,6 @@ Centralised-critic state (`state_dim(V) = V*V + 2V + 4`, every entry in [0, 1], 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from dear.belief import opinions
 from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.evidence import Encoder, pairwise_evidence
 from dear.policy import JointPolicy, selection_observation
+from dear.vote import tally
 
 _EMPTY_TEXT = "(empty)"  # stands in for a blank section so the encoder always gets text
 
@@ -56,14 +56,9 @@ class BeliefObservation:
 def _answer_features(keys: Sequence[str | None]) -> tuple[float, float, float, list[float]]:
     """(plurality share, distinct share, no-answer share, agrees-with-plurality per agent) of answer keys."""
     n = len(keys)
-    counts = Counter(k for k in keys if k is not None)
-    if counts:
-        top = max(counts.values())
-        plural = {k for k, c in counts.items() if c == top}  # ties: every tied answer counts as plurality
-        agrees = [1.0 if k in plural else 0.0 for k in keys]
-    else:
-        top, agrees = 0, [0.0] * n
-    return top / n, len(counts) / n, sum(k is None for k in keys) / n, agrees
+    t = tally(keys)  # ties: every tied answer counts as plurality
+    agrees = [1.0 if k is not None and k in t.leaders else 0.0 for k in keys]
+    return t.top / n, len(t.counts) / n, sum(k is None for k in keys) / n, agrees
 
 
 def observe(debates: Sequence[Debate], encoder: Encoder) -> BeliefObservation:

@@ -21,7 +21,7 @@ if ENV_ID not in gymnasium.registry:
         disable_env_checker=False,
     )
 
-from envs.debate_env import DebateCore, DebateEnv, EnvConfig, ParsedAction  # noqa: E402
+from envs.debate_env import DebateCore, DebateEnv, DebateEnvConfig, ParsedAction  # noqa: E402
 from envs.vector_env import DebateVectorEnv  # noqa: E402
 
-__all__ = ["ENV_ID", "DebateCore", "DebateEnv", "DebateVectorEnv", "EnvConfig", "ParsedAction"]
+__all__ = ["ENV_ID", "DebateCore", "DebateEnv", "DebateVectorEnv", "DebateEnvConfig", "ParsedAction"]

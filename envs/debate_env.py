@@ -11,7 +11,7 @@ Observation (Dict, float32, all entries in [0, 1]):
 Action (Dict):
     "mask"        MultiBinary(V(V-1)) ordered pairs in dear.policy.pair_order: 1 = agent i reads agent j
     "behavior"    Box([-10, 10], (2V,)) raw pre-sigmoid (z_T, z_P) per agent, agent-major
-                  [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temp_range/top_p_range.
+                  [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temperature_range/top_p_range.
 Reward: 0 on intermediate steps (unless `shaping=True`); terminal
     1[plurality answer correct] - token_cost * (all prompt + completion tokens of the debate) / 1000,
 with the parts in info["reward_correct"] and info["reward_tokens"].
@@ -35,10 +35,11 @@ from gymnasium import spaces
 
 from dear import tasks
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
+from dear.debate.trace import DebateTrace
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
 from dear.policy import (
-    DEFAULT_TEMP_RANGE,
+    DEFAULT_TEMPERATURE_RANGE,
     DEFAULT_TOP_P_RANGE,
     RAW_BOUND,
     n_pairs,
@@ -51,7 +52,7 @@ from dear.tasks.types import Question
 
 
 @dataclass
-class EnvConfig:
+class DebateEnvConfig:
     """Everything that defines the environment besides the backend/encoder objects."""
 
     task: str = "synthetic"
@@ -61,7 +62,7 @@ class EnvConfig:
     n_rounds: int = 2  # exchange rounds = episode length
     temperature0: float = 0.7  # round-0 sampling
     top_p0: float = 0.9
-    temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE
+    temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE
     token_cost: float = 0.01  # λ_tok per 1000 tokens
     max_tokens: int = 512
@@ -77,19 +78,54 @@ class EnvConfig:
             raise ValueError(
                 f"n_rounds must be >= 1 (an episode needs one exchange round), got {self.n_rounds}"
             )
-        for name in ("temp_range", "top_p_range"):
+        for name in ("temperature_range", "top_p_range"):
             lo, hi = (float(x) for x in getattr(self, name))
             if not lo < hi:
                 raise ValueError(f"{name} must be (low, high) with low < high, got {(lo, hi)}")
             setattr(self, name, (lo, hi))
-        if not (0 <= self.temp_range[0] and self.temp_range[1] <= 2.0):
-            raise ValueError(f"temp_range must lie in [0, 2], got {self.temp_range}")
+        if not (0 <= self.temperature_range[0] and self.temperature_range[1] <= 2.0):
+            raise ValueError(f"temperature_range must lie in [0, 2], got {self.temperature_range}")
         if not (0 < self.top_p_range[0] and self.top_p_range[1] <= 1.0):
             raise ValueError(f"top_p_range must lie in (0, 1], got {self.top_p_range}")
         if self.token_cost < 0:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
         if not 0 < self.shaping_gamma <= 1:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What a finished (or failed) debate reports in its terminal info["episode"]: per-round (rounds run x V)
+    answers, correctness, masks and sampling, the outcome, and the full `DebateTrace`."""
+
+    question_id: str
+    final_answer: str | None
+    final_correct: bool
+    tie: bool
+    failed: bool
+    error: str | None  # why the debate failed (a backend request gave up), None when it finished
+    tokens_total: int
+    prompt_tokens: int
+    completion_tokens: int
+    answers_per_round: list[list[str | None]]  # (R+1, V) normalised answer keys
+    correct_per_round: np.ndarray  # (R+1, V) bool
+    masks_per_round: np.ndarray  # (R+1, V, V) bool: [r, i, j] = agent i read agent j in round r
+    temperature_per_round: np.ndarray  # (R+1, V)
+    top_p_per_round: np.ndarray  # (R+1, V)
+    trace: DebateTrace
+
+    @classmethod
+    def of(cls, d: Debate) -> EpisodeSummary:
+        tr = d.trace
+        return cls(
+            question_id=str(d.question.id), final_answer=tr.final_answer, final_correct=bool(tr.final_correct),
+            tie=bool(tr.tie), failed=bool(d.failed), error=tr.error, tokens_total=int(tr.total_tokens),
+            prompt_tokens=int(tr.prompt_tokens), completion_tokens=int(tr.completion_tokens),
+            answers_per_round=tr.answer_keys(), correct_per_round=tr.correctness(), masks_per_round=tr.masks(),
+            temperature_per_round=np.array([[t.temperature for t in ts] for ts in tr.rounds], dtype=np.float64),
+            top_p_per_round=np.array([[t.top_p for t in ts] for ts in tr.rounds], dtype=np.float64),
+            trace=tr,
+        )
 
 
 @dataclass
@@ -109,7 +145,7 @@ class DebateCore:
 
     def __init__(
         self,
-        config: EnvConfig,
+        config: DebateEnvConfig,
         llm: str | Backend = "sim",
         encoder: str | Encoder | None = None,
         questions: Sequence[Question] | None = None,
@@ -210,7 +246,7 @@ class DebateCore:
         for bit, (i, j) in zip(pairs, self.pairs):
             mask[i, j] = bool(bit)
         raw = raw.reshape(v, 2).astype(np.float32)
-        s = to_sampling(raw, self.config.temp_range, self.config.top_p_range)
+        s = to_sampling(raw, self.config.temperature_range, self.config.top_p_range)
         return ParsedAction(pairs=pairs, mask=mask, raw=raw, temperature=s.temperature, top_p=s.top_p)
 
     def controls(self, parsed: Sequence[ParsedAction]) -> list[RoundControl]:
@@ -292,7 +328,7 @@ class DebateCore:
                 answers_per_round=trace.answer_keys(),
                 correct_per_round=trace.correctness(),
                 masks_per_round=trace.masks(),
-                trace=trace,
+                episode=EpisodeSummary.of(d),
             )
         return reward, parts
 
@@ -321,7 +357,7 @@ class DebateEnv(gym.Env):
         n_rounds: int = 2,
         temperature0: float = 0.7,
         top_p0: float = 0.9,
-        temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+        temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
         top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
         token_cost: float = 0.01,
         max_tokens: int = 512,
@@ -334,7 +370,7 @@ class DebateEnv(gym.Env):
         render_mode: str | None = None,
     ):
         super().__init__()
-        self.config = EnvConfig(
+        self.config = DebateEnvConfig(
             task=task,
             split=split,
             n_questions=n_questions,
@@ -342,7 +378,7 @@ class DebateEnv(gym.Env):
             n_rounds=n_rounds,
             temperature0=temperature0,
             top_p0=top_p0,
-            temp_range=tuple(temp_range),
+            temperature_range=tuple(temperature_range),
             top_p_range=tuple(top_p_range),
             token_cost=token_cost,
             max_tokens=max_tokens,

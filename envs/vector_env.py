@@ -10,7 +10,7 @@ the returned ``obs[k]`` is already the first observation of its next debate, and
 ``infos["final_info"]["_<key>"]``) hold the terminal observation and the terminal info: reward parts,
 ``final_correct``, ``tokens_total``, ``answers_per_round`` / ``correct_per_round`` / ``masks_per_round``
 ((R+1) x V views for transitions, HCR and BCR), ``episode_return``, ``episode_length`` and the
-``trace`` (DebateTrace object). Such a step makes two generate calls: the last exchange round and round 0
+``episode`` (``envs.debate_env.EpisodeSummary``, with the full DebateTrace). Such a step makes two generate calls: the last exchange round and round 0
 of the new debates (still one call per round). With a fixed number of rounds all sub-debates end together.
 
 ``autoreset_mode=AutoresetMode.DISABLED`` (constructor kwarg) is also supported: finished sub-debates stay
@@ -38,10 +38,10 @@ from gymnasium.vector.utils import batch_space
 from dear.debate.engine import Debate
 from dear.evidence import Encoder
 from dear.llm.base import Backend
-from dear.policy import DEFAULT_TEMP_RANGE, DEFAULT_TOP_P_RANGE
+from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
 from dear.regulator import BeliefObservation
 from dear.tasks.types import Question
-from envs.debate_env import DebateCore, EnvConfig
+from envs.debate_env import DebateCore, DebateEnvConfig
 
 
 class DebateVectorEnv(VectorEnv):
@@ -65,7 +65,7 @@ class DebateVectorEnv(VectorEnv):
         n_rounds: int = 2,
         temperature0: float = 0.7,
         top_p0: float = 0.9,
-        temp_range: tuple[float, float] = DEFAULT_TEMP_RANGE,
+        temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
         top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
         token_cost: float = 0.01,
         max_tokens: int = 512,
@@ -86,7 +86,7 @@ class DebateVectorEnv(VectorEnv):
             raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED, got {mode}")
         self.autoreset_mode = mode
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
-        self.config = EnvConfig(
+        self.config = DebateEnvConfig(
             task=task,
             split=split,
             n_questions=n_questions,
@@ -94,7 +94,7 @@ class DebateVectorEnv(VectorEnv):
             n_rounds=n_rounds,
             temperature0=temperature0,
             top_p0=top_p0,
-            temp_range=tuple(temp_range),
+            temperature_range=tuple(temperature_range),
             top_p_range=tuple(top_p_range),
             token_cost=token_cost,
             max_tokens=max_tokens,

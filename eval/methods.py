@@ -166,7 +166,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(
         path=path, policy_config=cfg,
         state_dict={k: v.detach().clone() for k, v in exported.policy.state_dict().items()},
-        encoder=exported.encoder, n_rounds=training.get("rounds"),
+        encoder=exported.encoder, n_rounds=exported.n_rounds,
         trained_on=f"{training.get('llm') or 'unknown backend'} on {training.get('task') or 'unknown task'}"
                    + (f" (iteration {training['iteration']})" if training.get("iteration") is not None else ""),
         synthetic=exported.synthetic, world=training_world(training), sha256=_weights_sha256(path),
@@ -230,13 +230,14 @@ def _config_agents(path: Path) -> str:
     for cand in [path, *(path / "checkpoints").glob("iter_*")] if path.is_dir() else []:
         if (cand / "config.yaml").exists():
             try:
-                return str(yaml.safe_load((cand / "config.yaml").read_text())["env"]["num_agents"])
+                env = yaml.safe_load((cand / "config.yaml").read_text())["env"]
+                return str(env["n_agents"] if "n_agents" in env else env["num_agents"])  # old runs: num_agents
             except (KeyError, TypeError, yaml.YAMLError):
                 break
     return "?"
 
 
-def check_compatible(ckpt: Checkpoint, n_agents: int | None, temp_range: tuple[float, float] | None,
+def check_compatible(ckpt: Checkpoint, n_agents: int | None, temperature_range: tuple[float, float] | None,
                      top_p_range: tuple[float, float] | None) -> None:
     """Refuse to run a policy on a debate shape or action ranges it was not trained for."""
     cfg = ckpt.policy_config
@@ -245,7 +246,7 @@ def check_compatible(ckpt: Checkpoint, n_agents: int | None, temp_range: tuple[f
             f"checkpoint {ckpt.path} was trained for V={cfg.n_agents} agents but --agents={n_agents}; "
             f"the selection/behavior networks' sizes depend on V"
         )
-    for name, what, want, have in (("--temp-range", "temperature range", temp_range, cfg.temp_range),
+    for name, what, want, have in (("--temperature-range", "temperature range", temperature_range, cfg.temperature_range),
                                    ("--top-p-range", "top-p range", top_p_range, cfg.top_p_range)):
         if want is not None and tuple(float(x) for x in want) != tuple(float(x) for x in have):
             raise ValueError(

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from dear.debate.trace import DebateTrace
-from dear.metrics import TRANSITIONS, DebateRecord, MethodSummary, Ratio, paired_bootstrap_diff, summarize
+from dear.metrics import TRANSITIONS, ScoredDebate, MethodSummary, Ratio, paired_bootstrap_diff, summarize
 
 
-def trace_to_record(trace: DebateTrace) -> DebateRecord:
+def trace_to_record(trace: DebateTrace) -> ScoredDebate:
     """Plain arrays of one debate for dear.metrics."""
     grader = "none"
     if trace.final_answer is not None and trace.rounds:
         grader = next((t.grader for t in trace.rounds[-1] if t.answer_key == trace.final_answer), "none")
-    return DebateRecord(
+    return ScoredDebate(
         answers=trace.answer_keys(),
         correct=trace.correctness().tolist(),
         final_correct=bool(trace.final_correct),

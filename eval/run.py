@@ -89,6 +89,16 @@ def _range(text: str | None, flag: str) -> tuple[float, float] | None:
     return lo, hi
 
 
+def _temperature_range(a: argparse.Namespace) -> str | None:
+    """--temperature-range, or its old name --temp-range (accepted with a deprecation message)."""
+    if a.old_temp_range is None:
+        return a.temperature_range
+    if a.temperature_range is not None:
+        raise ValueError("--temp-range is the old name of --temperature-range; give only --temperature-range")
+    print("warning: --temp-range is deprecated; use --temperature-range", file=sys.stderr)
+    return a.old_temp_range
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,7 +118,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--encoder", help="override the checkpoint's encoder spec (needs --allow-encoder-mismatch)")
     p.add_argument("--allow-encoder-mismatch", action="store_true",
                    help="evaluate with an --encoder other than the one the policy was trained with")
-    p.add_argument("--temp-range", help="expected temperature range lo,hi; error if the checkpoint differs")
+    p.add_argument("--temperature-range", help="expected temperature range lo,hi; error if the checkpoint differs")
+    p.add_argument("--temp-range", dest="old_temp_range", help=argparse.SUPPRESS)  # old name (issue 16)
     p.add_argument("--top-p-range", help="expected top-p range lo,hi; error if the checkpoint differs")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
     p.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
@@ -367,7 +378,7 @@ class Evaluator:
                    round0: dict[str, DebateTrace]):
         import numpy as np
 
-        from dear.debate.engine import derive_seed
+        from dear.seeds import derive_seed
 
         density = self._dear_density(benchmark) if spec.kind == "dear" and spec.selection_mode == "random" else None
         run = M.build(spec, self.base, self.s.sc_samples, self.ckpt,
@@ -599,7 +610,8 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     agents = a.agents or (ckpt.policy_config.n_agents if ckpt else 3)
     rounds = a.rounds if a.rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
     if ckpt is not None:
-        M.check_compatible(ckpt, agents, _range(a.temp_range, "--temp-range"), _range(a.top_p_range, "--top-p-range"))
+        M.check_compatible(ckpt, agents, _range(_temperature_range(a), "--temperature-range"),
+                           _range(a.top_p_range, "--top-p-range"))
     out = a.out or f"results/eval-{'-'.join(benchmarks)}-n{a.n}-s{a.seed}"
     opts: dict[str, Any] = {}
     if a.parallel:

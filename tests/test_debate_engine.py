@@ -23,7 +23,7 @@ from dear.debate import (
     summarize,
     write_jsonl,
 )
-from dear.debate.vote import vote
+from dear.vote import vote
 from dear.llm.base import Backend, ChatRequest, Completion
 from dear.tasks.types import Question
 

@@ -10,7 +10,7 @@ from dear.llm.base import Completion
 from dear.llm.sim import SimBackend
 from dear.policy import RAW_BOUND, pair_order, to_sampling
 from dear.regulator import state_dim
-from envs.debate_env import DebateEnv
+from envs.debate_env import DebateEnv, EpisodeSummary
 
 
 def make(**kw) -> DebateEnv:
@@ -51,7 +51,12 @@ def test_gymnasium_make_sim():
         steps += 1
         assert not truncated
     assert steps == 2
-    assert "trace" in info and info["trace"].final_answer == info["final_answer"]
+    ep = info["episode"]
+    assert isinstance(ep, EpisodeSummary) and ep.trace.final_answer == ep.final_answer == info["final_answer"]
+    assert ep.final_correct == info["final_correct"] and ep.tokens_total == info["tokens_total"] and not ep.failed
+    assert ep.temperature_per_round.shape == ep.top_p_per_round.shape == (3, 3)  # (R+1, V)
+    assert ep.temperature_per_round[1:].tolist() == [[t.temperature for t in r] for r in ep.trace.rounds[1:]]
+    assert ep.masks_per_round.shape == (3, 3, 3) and ep.answers_per_round == ep.trace.answer_keys()
     env.close()
 
 
@@ -104,7 +109,7 @@ def test_action_mask_is_the_mask_the_next_prompts_used():
 
 def test_sampling_mapping_hits_configured_bounds():
     t_range, p_range = (0.2, 1.1), (0.6, 0.95)
-    env = make(n_agents=3, n_rounds=2, temp_range=t_range, top_p_range=p_range)
+    env = make(n_agents=3, n_rounds=2, temperature_range=t_range, top_p_range=p_range)
     env.reset(seed=0)
     low = {"mask": np.ones(6, np.int8), "behavior": np.full(6, -RAW_BOUND, np.float32)}
     high = {"mask": np.ones(6, np.int8), "behavior": np.full(6, RAW_BOUND, np.float32)}
@@ -131,7 +136,7 @@ def test_reward_parts_and_token_cost():
         assert r1 == 0.0 and not term and "reward_correct" not in info
         _, r2, term, _, info = env.step(random_action(env, rng))
         assert term
-        trace = info["trace"]
+        trace = info["episode"].trace
         assert info["reward_correct"] == float(trace.final_correct)
         assert info["reward_tokens"] == pytest.approx(-0.5 * trace.total_tokens / 1000)
         assert trace.total_tokens > 0
@@ -228,8 +233,8 @@ def test_step_before_reset_and_after_end():
 def test_bad_constructor_args():
     with pytest.raises(ValueError, match="n_rounds"):
         make(n_rounds=0)
-    with pytest.raises(ValueError, match="temp_range"):
-        make(temp_range=(1.0, 0.5))
+    with pytest.raises(ValueError, match="temperature_range"):
+        make(temperature_range=(1.0, 0.5))
     with pytest.raises(ValueError, match="llm"):
         DebateEnv(llm=3, task="synthetic", n_questions=5)
 
@@ -252,7 +257,7 @@ def test_one_episode_on_the_real_smoke_model():
     action = {"mask": np.array([1, 0], np.int8), "behavior": np.zeros(4, np.float32)}
     obs, reward, terminated, _truncated, info = env.step(action)
     assert terminated and env.observation_space.contains(obs)
-    trace = info["trace"]
+    trace = info["episode"].trace
     assert trace.model_ids[0].startswith("smoke")
     assert trace.rounds[1][0].peers == [1] and trace.rounds[1][1].peers == []
     assert trace.completion_tokens > 0 and trace.prompt_tokens > 0
@@ -285,6 +290,6 @@ def test_backend_failure_ends_the_episode_as_wrong(fail_round):
         {"mask": np.ones(6, np.int8), "behavior": np.zeros(6, np.float32)}
     )
     assert terminated and info["failed"] and reward == 0.0 and info["final_correct"] is False
-    assert "boom" in info["trace"].error
+    assert "boom" in info["episode"].trace.error
     with pytest.raises(RuntimeError, match="reset"):
         env.step({"mask": np.ones(6, np.int8), "behavior": np.zeros(6, np.float32)})

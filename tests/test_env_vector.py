@@ -73,7 +73,7 @@ def test_same_step_autoreset_and_episode_stats():
     assert infos["_final_obs"].all() and infos["final_info"]["_final_correct"].all()
     fi = infos["final_info"]
     for k in range(n):
-        trace = fi["trace"][k]
+        trace = fi["episode"][k].trace
         assert trace.debate_id == first_ids[k] and len(trace.rounds) == rounds + 1
         assert rew[k] == pytest.approx(fi["reward_correct"][k] + fi["reward_tokens"][k])
         assert fi["reward_tokens"][k] == pytest.approx(-0.1 * trace.total_tokens / 1000)
@@ -154,7 +154,7 @@ def test_autoreset_disabled_mode():
     obs, _rew, term, _, infos = venv.step(venv.action_space.sample())
     assert term.all() and backend.calls == [n * v] * 3  # no round 0 generated for debates never stepped
     assert "final_info" not in infos and infos["_final_correct"].all()
-    assert infos["trace"][0].debate_id == infos["debate_id"][0]
+    assert infos["episode"][0].trace.debate_id == infos["debate_id"][0]
     assert obs["state"][0][v * v + v] == pytest.approx(1.0)  # the terminal observation itself
     with pytest.raises(RuntimeError, match="reset_mask"):
         venv.step(venv.action_space.sample())

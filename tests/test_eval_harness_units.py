@@ -10,7 +10,7 @@ import pytest
 
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts
 from dear.llm.base import Backend, ChatRequest, Completion
-from dear.metrics import DebateRecord, conformity, conformity_narrow, summarize
+from dear.metrics import ScoredDebate, conformity, conformity_narrow, summarize
 from dear.tasks.types import Question
 from eval import methods as M
 
@@ -118,11 +118,11 @@ def test_narrow_conformity_counts_only_readers_and_adoption():
 
 
 def test_summary_reads_truncation_density_and_narrow_rates():
-    recs = [DebateRecord(answers=[["4", "5", "5"], ["5", "5", "5"]],
+    recs = [ScoredDebate(answers=[["4", "5", "5"], ["5", "5", "5"]],
                          correct=[[True, False, False], [False, False, False]], final_correct=False,
                          peers_read=[[0, 0, 0], [2, 1, 0]],
                          truncated=[[False, True, False], [True, False, False]], question_id="a"),
-            DebateRecord(answers=[["4", None, "4"], ["4", "4", "4"]],
+            ScoredDebate(answers=[["4", None, "4"], ["4", "4", "4"]],
                          correct=[[True, False, True], [True, True, True]], final_correct=True,
                          peers_read=[[0, 0, 0], [1, 1, 1]],
                          truncated=[[False, True, False], [False, False, False]], question_id="b")]
@@ -134,7 +134,7 @@ def test_summary_reads_truncation_density_and_narrow_rates():
     row = s.to_row()
     assert row["truncation_num"] == 3 and row["hcr_narrow_den"] == 1 and "read_density_r1" in row
     with pytest.raises(ValueError, match="peers_read does not have the answers' shape"):
-        DebateRecord(answers=[["4"]], correct=[[True]], final_correct=True, peers_read=[[0, 0]])
+        ScoredDebate(answers=[["4"]], correct=[[True]], final_correct=True, peers_read=[[0, 0]])
 
 
 # ---------------------------------------------------------------- density-matched random mask

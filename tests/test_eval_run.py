@@ -17,7 +17,7 @@ ALL = ",".join(METHODS)
 
 
 def make_train_checkpoint(root: Path, n_agents: int = 3, llm_preset: str = "sim", encoder: str = "hashing",
-                          temp_range=(0.1, 1.2), weights_agents: int | None = None) -> Path:
+                          temperature_range=(0.1, 1.2), weights_agents: int | None = None) -> Path:
     """A run directory written by the trainer's own `save_checkpoint` (an untrained learner: eval only needs
     the format). `weights_agents` != n_agents builds weights for another V under the same config."""
     import yaml
@@ -30,11 +30,11 @@ def make_train_checkpoint(root: Path, n_agents: int = 3, llm_preset: str = "sim"
 
     cfg = TrainConfig()
     cfg.llm.preset = llm_preset
-    cfg.env.task, cfg.env.num_agents, cfg.env.rounds, cfg.env.encoder = "synthetic", n_agents, 2, encoder
-    cfg.env.temperature_range = tuple(temp_range)
+    cfg.env.task, cfg.env.n_agents, cfg.env.n_rounds, cfg.env.encoder = "synthetic", n_agents, 2, encoder
+    cfg.env.temperature_range = tuple(temperature_range)
     v = weights_agents or n_agents
     torch.manual_seed(0)
-    pol = JointPolicy(PolicyConfig(n_agents=v, temp_range=tuple(temp_range)))
+    pol = JointPolicy(PolicyConfig(n_agents=v, temperature_range=tuple(temperature_range)))
     learner = HAPPO(pol, Critic(state_dim(v)), HAPPOConfig())
     save_checkpoint(root, learner, Counters(iteration=3), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return root
@@ -143,7 +143,7 @@ def test_settings_mismatch_in_same_dir(tmp_path, ckpt):
     assert len((out / "traces" / "synthetic" / "cot.jsonl").read_text().splitlines()) == 4
 
 
-def test_bad_inputs(tmp_path, ckpt):
+def test_bad_inputs(tmp_path, ckpt, capsys):
     out = tmp_path / "res"
     with pytest.raises(ValueError, match=r"unknown benchmark\(s\) \['nope'\]"):
         eval_run.main(["--benchmarks", "synthetic,nope", "--methods", "cot", "--llm", "sim", "--out", str(out)])
@@ -159,8 +159,11 @@ def test_bad_inputs(tmp_path, ckpt):
         eval_run.main(_args(out, empty_run, methods="dear"))
     with pytest.raises(ValueError, match="trained for V=3 agents but --agents=4"):
         eval_run.main(_args(out, ckpt, "--agents", "4", methods="dear"))
-    with pytest.raises(ValueError, match=r"temperature range \[0.1, 1.2\] but --temp-range=\[0.2, 1.0\]"):
+    with pytest.raises(ValueError, match=r"temperature range \[0.1, 1.2\] but --temperature-range=\[0.2, 1.0\]"):
+        eval_run.main(_args(out, ckpt, "--temperature-range", "0.2,1.0", methods="dear"))
+    with pytest.raises(ValueError, match=r"--temperature-range=\[0.2, 1.0\]"):  # the old flag name still works
         eval_run.main(_args(out, ckpt, "--temp-range", "0.2,1.0", methods="dear"))
+    assert "--temp-range is deprecated; use --temperature-range" in capsys.readouterr().err
     # weights for V=4 under a config that says V=3
     bad = make_train_checkpoint(tmp_path / "bad", n_agents=3, weights_agents=4)
     with pytest.raises(ValueError, match="weights do not fit a policy with n_agents=3"):

@@ -13,7 +13,7 @@ from dear.policy import JointPolicy, PolicyConfig
 
 def test_roundtrip_same_actions(tmp_path):
     torch.manual_seed(0)
-    pol = JointPolicy(PolicyConfig(n_agents=4, temp_range=(0.2, 1.0)))
+    pol = JointPolicy(PolicyConfig(n_agents=4, temperature_range=(0.2, 1.0)))
     out = export_policy(pol, tmp_path / "exp", encoder="minilm", training={"task": "gsm8k"})
     ex = load_exported(out)
     m = ex.manifest
@@ -132,3 +132,54 @@ def test_manifest_without_checksum_or_unparsable_is_named(tmp_path):
     (out / "manifest.json").write_text(json.dumps(m)[:50])
     with pytest.raises(ExportError, match=r"manifest\.json: export manifest cannot be parsed"):
         load_exported(out)
+
+
+def test_a_manifest_written_before_the_renames_still_loads(tmp_path):
+    """The committed sim-trained policy's manifest says policy_config.temp_range and training.rounds."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "results" / "embedded-gsm8k-math500" / "policy"
+    m = json.loads((src / "manifest.json").read_text())
+    assert "temp_range" in m["policy_config"] and "rounds" in m["training"]  # really the old format
+    art = shutil.copytree(src, tmp_path / "old")
+    with pytest.warns(FutureWarning, match="'temp_range' is deprecated; use 'temperature_range'"):
+        ex = load_exported(art)
+    assert ex.policy.config.temperature_range == tuple(m["policy_config"]["temp_range"])
+    assert ex.n_rounds == m["training"]["rounds"] == 2
+
+
+def test_new_manifests_use_the_new_names(tmp_path):
+    out = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "e", encoder="hashing",
+                        training={"n_rounds": 3})
+    m = json.loads((out / "manifest.json").read_text())
+    assert "temperature_range" in m["policy_config"] and "temp_range" not in m["policy_config"]
+    assert "log_std_init" in m["policy_config"] and load_exported(out).n_rounds == 3
+
+
+def test_export_reads_a_checkpoint_config_with_old_keys(tmp_path):
+    import yaml
+
+    from train.config import load_config
+    from train.happo import Trainer
+
+    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
+                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1",
+                              "policy.log_std_init=-1.5", "env.n_rounds=3"])
+    tr = Trainer(cfg, run_dir=tmp_path / "run")
+    tr.train()
+    tr.close()
+    path = next(p for p in (tmp_path / "run" / "checkpoints").iterdir() if (p / "config.yaml").exists())
+    data = yaml.safe_load((path / "config.yaml").read_text())
+    data["env"]["num_agents"] = data["env"].pop("n_agents")
+    data["env"]["rounds"] = data["env"].pop("n_rounds")
+    data["policy"]["init_log_std"] = data["policy"].pop("log_std_init")
+    (path / "config.yaml").write_text(yaml.safe_dump(data))
+    from train.checkpoint import CHECKPOINT_FILES, CHECKSUMS
+    from dear.integrity import write_checksums
+
+    write_checksums(path, CHECKPOINT_FILES, CHECKSUMS)  # a checkpoint saved before the renames
+    out = export_checkpoint(path, tmp_path / "exp")
+    ex = load_exported(out)
+    assert ex.n_agents == 3 and ex.n_rounds == 3
+    assert ex.policy.config.log_std_init == -1.5

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dear.metrics import (
-    DebateRecord,
+    ScoredDebate,
     Ratio,
     agreeing_peers,
     bootstrap_ci,
@@ -136,7 +136,7 @@ def test_bootstrap_ci_seeded_and_sane():
 
 
 def _rec(debate, final_correct, qid, p=100, c=50, tie=False, grader="numeric"):
-    return DebateRecord(
+    return ScoredDebate(
         answers=debate[0], correct=debate[1], final_correct=final_correct, prompt_tokens=p,
         completion_tokens=c, tie=tie, final_grader=grader, question_id=qid,
     )
@@ -177,9 +177,9 @@ def test_single_round_methods_have_nan_rates():
 
 def test_bad_records():
     with pytest.raises(ValueError, match="round 0 has 2 answers but 3 grades"):
-        DebateRecord(answers=[["4", "4"]], correct=[[T, T, T]], final_correct=True, question_id="q")
+        ScoredDebate(answers=[["4", "4"]], correct=[[T, T, T]], final_correct=True, question_id="q")
     with pytest.raises(ValueError, match="answers has 2 rounds"):
-        DebateRecord(answers=[["4"], ["4"]], correct=[[T]], final_correct=True)
+        ScoredDebate(answers=[["4"], ["4"]], correct=[[T]], final_correct=True)
     with pytest.raises(ValueError, match="no debate records"):
         summarize([])
     assert np.isnan(Ratio(0, 0).rate)

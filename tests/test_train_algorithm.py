@@ -71,7 +71,7 @@ def _seed_giving(learner: HAPPO, order: tuple[str, str]) -> int:
 def test_second_agent_uses_first_agents_ratio(agent_order, order):
     learner = _learner(agent_order=agent_order, norm_adv=True)
     batch = _batch(learner)
-    _, adv, _ = learner.advantages(batch)  # critic is only updated after both actors
+    adv = learner.advantages(batch).advantages  # critic is only updated after both actors
     adv = adv.reshape(-1)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     seed = _seed_giving(learner, order) if agent_order == "random" else 3
@@ -195,7 +195,9 @@ def test_gae_terminal_episode():
     rewards = torch.tensor([[0.0, 1.0]])
     values = torch.tensor([[0.5, 0.8]])
     dones = torch.tensor([[0.0, 1.0]])
-    adv, ret = compute_gae(rewards, values, dones, torch.tensor([123.0]), gamma=0.9, gae_lambda=0.5)
+    gae = compute_gae(rewards, values, dones, torch.tensor([123.0]), gamma=0.9, gae_lambda=0.5)
+    adv, ret = gae.advantages, gae.returns
+    assert gae.values is values
     d1 = 1.0 - 0.8  # terminal: no bootstrap from last_values
     d0 = 0.0 + 0.9 * 0.8 - 0.5
     assert torch.allclose(adv, torch.tensor([[d0 + 0.9 * 0.5 * d1, d1]]))

@@ -1,5 +1,7 @@
 """Config loading: presets, extends, dotted overrides, and errors that name the bad key and file."""
 
+import warnings
+
 import pytest
 
 from train.config import CONFIG_DIR, ConfigError, load_config, save_config, config_from_dict
@@ -7,8 +9,10 @@ from train.config import CONFIG_DIR, ConfigError, load_config, save_config, conf
 
 def test_shipped_configs_load():
     for name in ("gsm8k", "smoke", "sim"):
-        cfg = load_config(name)
-        assert cfg.env.num_agents >= 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # shipped configs use the current key names
+            cfg = load_config(name)
+        assert cfg.env.n_agents >= 2
     assert load_config("gsm8k").llm.backend_spec() == "local"
     assert load_config("smoke").llm.backend_spec() == "smoke"
     assert load_config("sim").llm.synthetic
@@ -60,8 +64,8 @@ def test_unknown_override_and_section():
 
 
 def test_bad_values_and_unknown_config():
-    with pytest.raises(ConfigError, match="env.num_agents"):
-        load_config("sim", ["env.num_agents=1"])
+    with pytest.raises(ConfigError, match="env.n_agents"):
+        load_config("sim", ["env.n_agents=1"])
     with pytest.raises(ConfigError, match="env.top_p_range"):
         load_config("sim", ["env.top_p_range=[0.9, 0.5]"])
     with pytest.raises(ConfigError, match="unknown config 'nope'.*gsm8k"):
@@ -96,6 +100,7 @@ def test_help_lists_every_config_key_with_default_and_help(capsys):
         assert f"{key} = {default}" in out
         assert text, f"{key} has no help comment in train/config.py"
     assert "happo.ent_coef_behavior = 0.01  -- entropy bonus" in out
+    assert "env.num_agents -> env.n_agents" in out and "policy.init_log_std -> policy.log_std_init" in out
 
 
 def test_sampling_ranges_use_the_engines_bounds():
@@ -108,3 +113,46 @@ def test_sampling_ranges_use_the_engines_bounds():
     with pytest.raises(ConfigError, match="env.top_p_range"):
         load_config("sim", ["env.top_p_range=[0.0,1.0]"])
     load_config("sim", ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.05,1.0]"])
+
+
+# ---------------------------------------------------------------- renamed keys (issue 16)
+OLD_KEYS = [("env.num_agents", "env.n_agents", 4), ("env.rounds", "env.n_rounds", 3),
+            ("policy.init_log_std", "policy.log_std_init", -1.0)]
+
+
+@pytest.mark.parametrize("old,new,value", OLD_KEYS)
+def test_old_key_in_a_yaml_file_loads_with_a_message_naming_the_new_key(tmp_path, old, new, value):
+    section, name = old.split(".")
+    path = tmp_path / "old.yaml"
+    path.write_text(f"extends: {CONFIG_DIR / 'sim.yaml'}\n{section}:\n  {name}: {value}\n")
+    with pytest.warns(FutureWarning, match=f"{path}: config key '{old}' is deprecated; use '{new}'"):
+        cfg = load_config(str(path))
+    new_section, new_name = new.split(".")
+    assert getattr(getattr(cfg, new_section), new_name) == value
+
+
+@pytest.mark.parametrize("old,new,value", OLD_KEYS)
+def test_old_key_as_a_dotted_override_loads_with_a_message(old, new, value):
+    with pytest.warns(FutureWarning, match=f"command line: config key '{old}' is deprecated; use '{new}'"):
+        cfg = load_config("sim", [f"{old}={value}"])
+    new_section, new_name = new.split(".")
+    assert getattr(getattr(cfg, new_section), new_name) == value
+
+
+def test_old_and_new_name_of_one_key_together_is_an_error(tmp_path):
+    path = tmp_path / "both.yaml"
+    path.write_text("env:\n  num_agents: 3\n  n_agents: 4\n")
+    with pytest.raises(ConfigError, match="'env.num_agents' and 'env.n_agents' are the same setting"):
+        load_config(str(path))
+
+
+def test_a_saved_config_with_old_keys_still_loads(tmp_path):
+    data = load_config("sim").to_dict()
+    data["env"]["num_agents"] = data["env"].pop("n_agents")
+    data["policy"]["init_log_std"] = data["policy"].pop("log_std_init")
+    with pytest.warns(FutureWarning) as caught:
+        cfg = config_from_dict(data, "saved: ")
+    assert {str(w.message) for w in caught} == {
+        "saved: config key 'env.num_agents' is deprecated; use 'env.n_agents'",
+        "saved: config key 'policy.init_log_std' is deprecated; use 'policy.log_std_init'"}
+    assert cfg == load_config("sim")

@@ -148,7 +148,7 @@ def test_failed_resume_changes_nothing_on_disk(tmp_path, capsys):
     run = tmp_path / "run"
     _train(run, "run.iterations=2")
     before = _tree(run)
-    assert main(["--resume", str(run), "env.num_agents=5", "logging.progress=false"]) == 2
+    assert main(["--resume", str(run), "env.n_agents=5", "logging.progress=false"]) == 2
     err = capsys.readouterr().err
     assert "model.safetensors" in err and "do not fit" in err
     assert _tree(run) == before  # config.yaml, metrics and checkpoints untouched
@@ -214,7 +214,8 @@ def test_interrupted_iteration_keeps_finished_chunks_and_resume_is_bit_identical
 
 def test_kept_chunks_are_reused_only_for_the_same_weights_and_skip_failed_debates(tmp_path):
     from train.partial import PartialIteration, rollout_key
-    from train.workers import LocalPool, make_chunks, make_policy
+    from train.build import make_policy
+    from train.workers import LocalPool, make_chunks
 
     cfg = _cfg("rollout.envs_per_worker=4", "llm.options.fail_rate=0.05")
     weights = make_policy(cfg).state_dict()

@@ -127,7 +127,7 @@ def test_ray_worker_restart_redoes_episodes(tmp_path):
     cfg = _cfg(tmp_path, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1")
     pool = RayPool(cfg)
     try:
-        from train.workers import make_policy
+        from train.build import make_policy
 
         weights = make_policy(cfg).state_dict()
         chunks = make_chunks(cfg, 0)
@@ -148,6 +148,33 @@ def test_ray_worker_restart_redoes_episodes(tmp_path):
     finally:
         pool.close()
         ray.shutdown()
+
+
+@pytest.mark.timeout(600)
+def test_ray_pool_with_a_shared_engine_matches_the_local_pool(tmp_path):
+    """`llm.placement: engine`: the TrainConfig goes to the engine actor and each worker as is (no dict round
+    trip); the workers built by train.build collect exactly what the in-process pool collects."""
+    ray = pytest.importorskip("ray")
+    from train.build import make_policy
+    from train.workers import LocalPool, RayPool, make_chunks
+
+    cfg = _cfg(tmp_path, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1", "llm.placement=engine")
+    weights, chunks = make_policy(cfg).state_dict(), make_chunks(cfg, 0)
+    local = LocalPool(cfg)
+    try:
+        want = local.collect(weights, chunks)
+    finally:
+        local.close()
+    pool = RayPool(cfg)
+    try:
+        assert pool.engine is not None and pool.synthetic
+        got = pool.collect(weights, chunks)
+    finally:
+        pool.close()
+        ray.shutdown()
+    for a, b in zip(want.results, got.results):
+        assert torch.equal(a.batch.rewards, b.batch.rewards) and torch.equal(a.batch.pairs, b.batch.pairs)
+        assert [e.question_id for e in a.episodes] == [e.question_id for e in b.episodes]
 
 
 def test_wandb_offline_logs_the_same_scalars(tmp_path, monkeypatch):
@@ -189,7 +216,8 @@ def test_ray_address_joins_an_existing_cluster(tmp_path):
                     "--port", str(port)], env=env, check=True, capture_output=True, timeout=120)
     try:
         r = subprocess.run([sys.executable, "-m", "train.happo", "--config", "sim", "run.iterations=1",
-                            "rollout.num_workers=2", "rollout.episodes_per_iter=32", "logging.progress=false",
+                            "rollout.num_workers=2", "rollout.envs_per_worker=16", "rollout.episodes_per_iter=32",
+                            "logging.progress=false",
                             f"run.out_dir={tmp_path}", "--ray-address", f"127.0.0.1:{port}"],
                            env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

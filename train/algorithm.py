@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
 from dear.policy import Critic, JointPolicy
-from train.buffer import RolloutBatch, compute_gae
+from train.buffer import Advantages, RolloutBatch, compute_gae
 from train.config import HAPPOConfig
 from train.valuenorm import ValueNorm
 
@@ -106,12 +105,11 @@ class HAPPO:
         v = self.critic(state.to(self.device))
         return self.value_norm.denormalize(v) if self.cfg.value_norm else v
 
-    def advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(values, advantages, returns), each (E, T); episodes are complete, so no bootstrap value."""
+    def advantages(self, batch: RolloutBatch) -> Advantages:
+        """Values, advantages and returns, each (E, T); episodes are complete, so no bootstrap value."""
         values = self.values(batch.state)
         last = torch.zeros_like(values[:, -1])
-        adv, ret = compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
-        return values, adv, ret
+        return compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
 
     # -- update ------------------------------------------------------------------------------------
     def agent_order(self, generator: torch.Generator) -> list[str]:
@@ -145,8 +143,8 @@ class HAPPO:
         cfg = self.cfg
         batch.check_finite()
         batch = batch.to(self.device)
-        values, adv, returns = self.advantages(batch)
-        adv, returns, values = adv.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        gae = self.advantages(batch)
+        adv, returns, values = gae.advantages.reshape(-1), gae.returns.reshape(-1), gae.values.reshape(-1)
         if cfg.norm_adv and adv.numel() > 1:
             # Normalised once over the whole batch (as HARL), so every agent sees the same Â.
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -258,8 +256,3 @@ def _to_cpu(tree):
     if isinstance(tree, list):
         return [_to_cpu(v) for v in tree]
     return tree
-
-
-def seed_for(seed: int, *keys: int) -> int:
-    """A 63-bit seed derived from (run seed, iteration, ...) so each iteration's randomness is fixed."""
-    return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(2))

@@ -57,6 +57,15 @@ class RolloutBatch:
                 raise FloatingPointError(f"non-finite values in rollout field '{f.name}'")
 
 
+@dataclass(frozen=True)
+class Advantages:
+    """GAE results of a batch, each (E, T): critic values V(s_t), advantages Â_t and returns Â_t + V(s_t)."""
+
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
 def compute_gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -64,10 +73,10 @@ def compute_gae(
     last_values: torch.Tensor,
     gamma: float,
     gae_lambda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Advantages:
     """GAE over (E, T) grids. `values` are de-normalised V(s_t); `last_values` (E,) bootstraps after T.
 
-    A done at step t cuts both the bootstrap V(s_{t+1}) and the recursion. Returns (advantages, returns).
+    A done at step t cuts both the bootstrap V(s_{t+1}) and the recursion.
     """
     num_steps = rewards.shape[1]
     advantages = torch.zeros_like(rewards)
@@ -78,4 +87,4 @@ def compute_gae(
         delta = rewards[:, t] + gamma * next_values * not_done - values[:, t]
         last_gae = delta + gamma * gae_lambda * not_done * last_gae
         advantages[:, t] = last_gae
-    return advantages, advantages + values
+    return Advantages(values=values, advantages=advantages, returns=advantages + values)

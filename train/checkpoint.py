@@ -158,7 +158,7 @@ def load_checkpoint(path: Path, learner: HAPPO) -> tuple[Counters, dict[str, Any
         load_weights(learner, tensors)
     except RuntimeError as e:
         raise CheckpointError(f"{path / 'model.safetensors'}: weights do not fit this run's config (changed "
-                              f"env.num_agents or policy sizes?): {e}") from None
+                              f"env.n_agents or policy sizes?): {e}") from None
     optim = _read(path / "optimizer.pt", "optimizer state", lambda p: torch.load(p, weights_only=True))
     try:
         learner.load_optimizer_state(optim)

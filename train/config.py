@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +32,35 @@ LLM_PRESETS: dict[str, str] = {
 
 class ConfigError(ValueError):
     """A config file or override has an unknown key, a wrong type or a bad value."""
+
+
+# Old dotted key -> new dotted key (issue 16: one name per quantity). Old keys still load, with a warning.
+RENAMED_KEYS: dict[str, str] = {
+    "env.num_agents": "env.n_agents",
+    "env.rounds": "env.n_rounds",
+    "policy.init_log_std": "policy.log_std_init",
+}
+
+
+def _warn_renamed(old: str, new: str, where: str) -> None:
+    warnings.warn(f"{where}config key '{old}' is deprecated; use '{new}'", FutureWarning, stacklevel=4)
+
+
+def rename_deprecated_keys(data: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """A copy of nested config `data` with every old key (RENAMED_KEYS) moved to its new name, warning once
+    per key; giving both the old and the new name of a key is an error."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for old, new in RENAMED_KEYS.items():
+        (section, old_name), (_, new_name) = old.split("."), new.split(".")
+        node = out.get(section)
+        if not isinstance(node, dict) or old_name not in node:
+            continue
+        if new_name in node:
+            raise ConfigError(f"{where}keys '{old}' and '{new}' are the same setting (the first is its old "
+                              f"name); keep only '{new}'")
+        _warn_renamed(old, new, where)
+        node[new_name] = node.pop(old_name)
+    return out
 
 
 @dataclass
@@ -71,12 +101,14 @@ class LLMConfig:
 
 
 @dataclass
-class EnvConfig:
+class EnvSection:
+    """The training environment (envs.DebateEnvConfig gets these under the same names)."""
+
     task: str = "gsm8k"  # training questions (see dear.tasks.task_names())
     split: str | None = "train"  # dataset split; None = the task's default
     n_questions: int | None = None  # seeded subset of the split; None = all
-    num_agents: int = 3  # V
-    rounds: int = 2  # R exchange rounds after round 0 (= env steps per episode)
+    n_agents: int = 3  # V, debating agents
+    n_rounds: int = 2  # R exchange rounds after round 0 (= env steps per episode)
     temperature_range: tuple[float, float] = (0.1, 1.2)  # behavior policy: temperatures it can choose
     top_p_range: tuple[float, float] = (0.5, 1.0)  # behavior policy: top-p values it can choose
     token_cost: float = 0.01  # lambda_tok: reward penalty per 1,000 tokens
@@ -101,7 +133,7 @@ class PolicySection:
 
     hidden: int = 64  # width of the selection and behavior networks
     critic_hidden: int = 128  # width of the centralised critic
-    init_log_std: float = -0.5  # behavior Gaussian's initial log sigma
+    log_std_init: float = -0.5  # behavior Gaussian's initial log sigma
     selection_mode: Literal["learned", "full", "random"] = "learned"  # "full" = no-selection ablation
     behavior_mode: Literal["learned", "fixed"] = "learned"  # "fixed" = no-behavior ablation
     fixed_temperature: float = 0.7  # MAD's sampling; also the learned behavior mean's starting point
@@ -143,7 +175,7 @@ class LoggingConfig:
 class TrainConfig:
     run: RunConfig = field(default_factory=RunConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
+    env: EnvSection = field(default_factory=EnvSection)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     policy: PolicySection = field(default_factory=PolicySection)
     happo: HAPPOConfig = field(default_factory=HAPPOConfig)
@@ -161,8 +193,8 @@ class TrainConfig:
         need(self.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
         need(self.run.device == "auto" or _is_torch_device(self.run.device), "run.device",
              f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")
-        need(self.env.num_agents >= 2, "env.num_agents", "needs at least 2 agents")
-        need(self.env.rounds >= 1, "env.rounds", "needs at least 1 exchange round")
+        need(self.env.n_agents >= 2, "env.n_agents", "needs at least 2 agents")
+        need(self.env.n_rounds >= 1, "env.n_rounds", "needs at least 1 exchange round")
         # The engine's own sampling bounds (RoundControl): T in [0, T_MAX], top-p in (0, 1].
         t_lo, t_hi = self.env.temperature_range
         need(0 <= t_lo < t_hi <= T_MAX, "env.temperature_range",
@@ -317,6 +349,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     parent = data.pop("extends", None)
+    data = rename_deprecated_keys(data, f"{path}: ")
     # Validate each file on its own so an error names the file that holds the bad key.
     _build(TrainConfig, data, "", f"{path}: ")
     if parent:
@@ -329,7 +362,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override '{text}' must look like key.sub=value")
     key, raw = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+    key = key.strip()
+    if key in RENAMED_KEYS:
+        _warn_renamed(key, RENAMED_KEYS[key], "command line: ")
+        key = RENAMED_KEYS[key]
+    return key.split("."), yaml.safe_load(raw) if raw.strip() else None
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -362,7 +399,8 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
 
 
 def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
-    cfg = _build(TrainConfig, data, "", where)
+    """A validated config from plain data (e.g. a run's saved config.yaml; old key names still load)."""
+    cfg = _build(TrainConfig, rename_deprecated_keys(data, where), "", where)
     cfg.validate()
     return cfg
 
@@ -424,4 +462,6 @@ def help_epilog() -> str:
             section = head
             lines.append(f"  {section}:")
         lines.append(f"    {key} = {default}" + (f"  -- {text}" if text else ""))
+    lines.append("  renamed keys (the old name still loads, with a deprecation message):")
+    lines += [f"    {old} -> {new}" for old, new in RENAMED_KEYS.items()]
     return "\n".join(lines)

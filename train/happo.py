@@ -49,7 +49,8 @@ from dear.integrity import IntegrityError, atomic_write_text
 from dear.llm.base import BackendError
 from dear.policy import Critic, JointPolicy
 from dear.regulator import state_dim
-from train.algorithm import HAPPO, seed_for
+from dear.seeds import derive_seed
+from train.algorithm import HAPPO
 from train.buffer import RolloutBatch
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
 from train.config import (
@@ -57,9 +58,11 @@ from train.config import (
     TrainConfig,
     apply_overrides,
     config_from_dict,
+    rename_deprecated_keys,
     help_epilog,
     load_config,
 )
+from train.build import make_policy
 from train.logger import RunLogger, read_metrics
 from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
 from train.workers import (
@@ -69,7 +72,6 @@ from train.workers import (
     LocalPool,
     RolloutReport,
     make_chunks,
-    make_policy,
     make_pool,
     run_chunk,
 )
@@ -188,7 +190,7 @@ class Trainer:
         self.config_yaml = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
         self.policy: JointPolicy = make_policy(cfg)
-        self.critic = Critic(state_dim(cfg.env.num_agents), cfg.policy.critic_hidden)
+        self.critic = Critic(state_dim(cfg.env.n_agents), cfg.policy.critic_hidden)
         self.learner = HAPPO(self.policy, self.critic, cfg.happo, cfg.run.device)
         self.counters = Counters()
         self.last_good: Path | None = None
@@ -281,7 +283,7 @@ class Trainer:
             batch.check_finite()
         except FloatingPointError as e:
             raise TrainingError(f"iteration {it}: {e}") from e
-        gen = torch.Generator().manual_seed(seed_for(cfg.run.seed, it, 1_000_003))
+        gen = torch.Generator().manual_seed(derive_seed(cfg.run.seed, it, 1_000_003, bits=62))
         self._in_update = True
         try:
             stats = self.learner.update(batch, gen)
@@ -383,10 +385,10 @@ def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, de
         n = ecfg.rollout.envs_per_worker
         eps: list[EpisodeStats] = []
         for c in range(math.ceil(episodes / n)):
-            rng = np.random.default_rng(seed_for(seed, 7_777_777, c))
+            rng = np.random.default_rng(derive_seed(seed, 7_777_777, c, bits=62))
             spec = ChunkSpec(iteration=-1, index=c, env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, n)),
                              torch_seed=int(rng.integers(0, 2**62)))
-            eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.rounds, deterministic).episodes
+            eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.n_rounds, deterministic).episodes
         return summarize_episodes(eps[:episodes])
     finally:
         pool.close()
@@ -438,6 +440,7 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
             raise ConfigError(f"{saved}: cannot be parsed (damaged?): {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{saved}: top level must be a mapping")
+        data = rename_deprecated_keys(data, f"{saved}: ")  # a run saved before a key was renamed
         data = apply_overrides(data, list(args.overrides))  # e.g. run.iterations=400 to extend a run
         return config_from_dict(data, f"{saved}: ")
     return load_config(args.config, list(args.overrides))

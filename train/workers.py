@@ -1,4 +1,6 @@
-"""Rollout collection: in-process or on Ray actors, with the LLM engine as a shared Ray actor.
+"""Rollout collection: in-process or on Ray actors, with the LLM engine as a shared Ray actor. The policy,
+backend and env each worker runs are built by `train.build`; the config reaches every worker once, as the
+`TrainConfig` itself.
 
 Work unit = a *chunk*: one vector env batch of `envs_per_worker` debates run for R steps. Each chunk's
 randomness (the sub-debates' env seeds and the torch seed of policy sampling) is derived from
@@ -21,12 +23,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
 from dear.llm.base import Backend, ChatRequest, Completion
-from dear.metrics import conformity
+from dear.metrics import conformity, round_vote
 from dear.policy import JointPolicy
-from train.algorithm import seed_for
+from dear.seeds import derive_seed
+from envs.debate_env import EpisodeSummary
+from train.build import TimedBackend, make_local_backend, make_policy, make_vector_env
 from train.buffer import RolloutBatch
 from train.config import TrainConfig
 
@@ -80,7 +83,7 @@ def make_chunks(cfg: TrainConfig, iteration: int) -> list[ChunkSpec]:
     count = math.ceil(cfg.rollout.episodes_per_iter / n)
     chunks = []
     for c in range(count):
-        base = seed_for(cfg.run.seed, iteration, c)
+        base = derive_seed(cfg.run.seed, iteration, c, bits=62)
         rng = np.random.default_rng(base)
         chunks.append(ChunkSpec(iteration=iteration, index=c,
                                 env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, size=n)),
@@ -89,126 +92,29 @@ def make_chunks(cfg: TrainConfig, iteration: int) -> list[ChunkSpec]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Building the policy and the env from the config
-
-
-def policy_config(cfg: TrainConfig):
-    from dear.policy import PolicyConfig
-
-    p = cfg.policy
-    return PolicyConfig(
-        n_agents=cfg.env.num_agents, selection_mode=p.selection_mode, behavior_mode=p.behavior_mode,
-        fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.init_log_std,
-        temp_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
-        fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
-    )
-
-
-def make_policy(cfg: TrainConfig) -> JointPolicy:
-    torch.manual_seed(cfg.run.seed)  # network initialisation
-    return JointPolicy(policy_config(cfg))
-
-
-def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    kwargs = dict(cfg.llm.options)
-    return kwargs
-
-
-def make_local_backend(cfg: TrainConfig) -> Backend:
-    from dear.llm.registry import make_backend
-
-    backend = make_backend(cfg.llm.backend_spec(), **backend_kwargs(cfg))
-    if cfg.llm.cache:
-        from dear.llm.cache import CachedBackend
-
-        backend = CachedBackend(backend, cfg.llm.cache)
-    return backend
-
-
-class _TimedBackend(Backend):
-    """Measures time spent inside generate() (the "LLM share" of an iteration)."""
-
-    def __init__(self, inner: Backend):
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.synthetic = inner.synthetic
-        self.context_length = inner.context_length
-        self.seconds = 0.0
-
-    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        t0 = time.perf_counter()
-        try:
-            return self.inner.generate(requests)
-        finally:
-            self.seconds += time.perf_counter() - t0
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def make_vector_env(cfg: TrainConfig, backend: Backend):
-    e = cfg.env
-    kwargs = dict(
-        num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
-        encoder=e.encoder, n_agents=e.num_agents, n_rounds=e.rounds, temp_range=e.temperature_range,
-        top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
-    )
-    kwargs.update(e.options)
-    from envs.vector_env import DebateVectorEnv
-
-    # No autoreset: every chunk starts with a seeded reset and all debates end at the same step, so
-    # autoreset would only generate round 0 of debates that are never stepped (a third of all LLM calls
-    # at R = 2). Terminal infos then arrive in the last step's `infos` directly.
-    return DebateVectorEnv(autoreset_mode=AutoresetMode.DISABLED, **kwargs)
-
-
-# ---------------------------------------------------------------------------------------------------
 # One chunk
 
 
 def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
-    def get(key):
-        return info[key][k]
-
-    answers, correct = get("answers_per_round"), get("correct_per_round")
-    answers = [list(a) for a in answers]
-    correct = [[bool(c) for c in row] for row in correct]
+    """Training statistics of debate `k` from its terminal info (reward parts plus its `EpisodeSummary`)."""
+    ep: EpisodeSummary = info["episode"][k]
+    answers = [list(a) for a in ep.answers_per_round]
+    correct = [[bool(c) for c in row] for row in ep.correct_per_round]
     conf = conformity(answers, correct)
-    masks = np.asarray(get("masks_per_round"), dtype=float) if get("masks_per_round") is not None else None
-    trace = get("trace")
-    temps, tops = [], []
-    for rnd in getattr(trace, "rounds", [])[1:]:
-        for t in getattr(rnd, "turns", rnd if isinstance(rnd, list) else []):
-            temps.append(float(getattr(t, "temperature", math.nan)))
-            tops.append(float(getattr(t, "top_p", math.nan)))
     v = len(correct[0])
-    if masks is not None and masks.size:
-        density = float(masks[1:].sum() / max(1, (masks.shape[0] - 1) * v * (v - 1))) if masks.ndim == 3 else math.nan
-    else:
-        density = math.nan
-    counts: dict[Any, int] = {}
-    for a in answers[0]:
-        if a is not None:
-            counts[a] = counts.get(a, 0) + 1
-    r0 = 0.0
-    if counts:
-        top = max(counts.values())
-        leaders = [a for a, c in counts.items() if c == top]
-        key_ok = {a: c for a, c in zip(answers[0], correct[0]) if a is not None}
-        r0 = float(np.mean([key_ok[a] for a in leaders]))
+    masks = np.asarray(ep.masks_per_round, dtype=float)
+    exchanged = masks.shape[0] - 1  # rounds after round 0
+    density = float(masks[1:].sum() / (exchanged * v * (v - 1))) if exchanged > 0 else math.nan
+    temps, tops = ep.temperature_per_round[1:], ep.top_p_per_round[1:]
     return EpisodeStats(
-        question_id=str(info["question_id"][k]) if "question_id" in info else "",
-        final_correct=bool(get("final_correct")), episode_return=float(get("episode_return")),
-        reward_correct=float(get("reward_correct")), reward_tokens=float(get("reward_tokens")),
-        tokens=int(get("tokens_total")), prompt_tokens=int(get("prompt_tokens")),
-        completion_tokens=int(get("completion_tokens")), tie=bool(get("tie")), failed=bool(get("failed")),
+        question_id=ep.question_id, final_correct=ep.final_correct,
+        episode_return=float(info["episode_return"][k]), reward_correct=float(info["reward_correct"][k]),
+        reward_tokens=float(info["reward_tokens"][k]), tokens=ep.tokens_total, prompt_tokens=ep.prompt_tokens,
+        completion_tokens=ep.completion_tokens, tie=ep.tie, failed=ep.failed,
         hcr_num=conf.hcr.num, hcr_den=conf.hcr.den, bcr_num=conf.bcr.num, bcr_den=conf.bcr.den,
-        round0_accuracy=r0, mean_temperature=float(np.nanmean(temps)) if temps else math.nan,
-        mean_top_p=float(np.nanmean(tops)) if tops else math.nan, mask_density=density,
-        error=getattr(trace, "error", None),
+        round0_accuracy=round_vote(answers[0], correct[0]).score,
+        mean_temperature=float(np.mean(temps)) if temps.size else math.nan,
+        mean_top_p=float(np.mean(tops)) if tops.size else math.nan, mask_density=density, error=ep.error,
     )
 
 
@@ -227,7 +133,7 @@ def run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determin
 
 def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, deterministic: bool) -> ChunkResult:
     t0 = time.perf_counter()
-    timed = venv.core.backend if isinstance(venv.core.backend, _TimedBackend) else None
+    timed = venv.core.backend if isinstance(venv.core.backend, TimedBackend) else None
     llm0 = timed.seconds if timed else 0.0
     torch.manual_seed(spec.torch_seed)
     obs, _ = venv.reset(seed=list(spec.env_seeds))
@@ -273,15 +179,13 @@ def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determi
 class RolloutWorker:
     """Owns a vector env and a copy of the actors; the Ray actor class wraps this same class."""
 
-    def __init__(self, cfg_dict: dict, worker_index: int, engine=None):
-        from train.config import config_from_dict
-
-        self.cfg = config_from_dict(cfg_dict)
+    def __init__(self, cfg: TrainConfig, worker_index: int, engine=None):
+        self.cfg = cfg
         torch.set_num_threads(1)
         self.index = worker_index
         self.policy = make_policy(self.cfg)
         backend = RemoteBackend(engine) if engine is not None else make_local_backend(self.cfg)
-        self.backend = _TimedBackend(backend)
+        self.backend = TimedBackend(backend)
         self.venv = make_vector_env(self.cfg, self.backend)
 
     def pid(self) -> int:
@@ -294,7 +198,7 @@ class RolloutWorker:
                 deterministic: bool = False) -> list[ChunkResult]:
         if weights is not None:
             self.set_weights(weights)
-        return [run_chunk(self.venv, self.policy, c, self.cfg.env.rounds, deterministic) for c in chunks]
+        return [run_chunk(self.venv, self.policy, c, self.cfg.env.n_rounds, deterministic) for c in chunks]
 
     def close(self) -> None:
         self.venv.close()
@@ -303,10 +207,8 @@ class RolloutWorker:
 class LLMEngine:
     """Owns one real backend (llama.cpp / vLLM / HTTP client / sim); shared by the rollout workers."""
 
-    def __init__(self, cfg_dict: dict):
-        from train.config import config_from_dict
-
-        self.backend = make_local_backend(config_from_dict(cfg_dict))
+    def __init__(self, cfg: TrainConfig):
+        self.backend = make_local_backend(cfg)
 
     def info(self) -> dict[str, Any]:
         b = self.backend
@@ -357,7 +259,7 @@ class LocalPool:
 
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
-        self.worker = RolloutWorker(cfg.to_dict(), 0)
+        self.worker = RolloutWorker(cfg, 0)
         self.synthetic = self.worker.backend.synthetic
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
@@ -408,7 +310,6 @@ class RayPool:
         init_ray(address)
         self.ray = ray
         self.cfg = cfg
-        self.cfg_dict = cfg.to_dict()
         placement = cfg.llm.placement
         if placement == "auto":
             placement = "in_worker" if cfg.llm.synthetic else "engine"
@@ -417,7 +318,7 @@ class RayPool:
             engine_cls = ray.remote(LLMEngine).options(
                 num_cpus=cfg.rollout.engine_num_cpus, max_concurrency=max(2, 2 * cfg.rollout.num_workers),
                 name=None)
-            self.engine = engine_cls.remote(self.cfg_dict)
+            self.engine = engine_cls.remote(cfg)
             info = ray.get(self.engine.info.remote())  # surfaces engine start-up errors here
             self.synthetic = bool(info["synthetic"])
         else:
@@ -428,7 +329,7 @@ class RayPool:
         self.total_restarts = 0
 
     def _spawn(self, index: int):
-        return self._worker_cls.remote(self.cfg_dict, index, self.engine)
+        return self._worker_cls.remote(self.cfg, index, self.engine)
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
                 on_chunk: Callable[[int, int], None] | None = None,

@@ -18,7 +18,7 @@ from dear.debate.protocols import (
     make_protocol,
 )
 from dear.debate.trace import AgentTurn, DebateTrace, read_jsonl, write_jsonl
-from dear.debate.vote import VoteResult
+from dear.vote import VoteResult
 
 __all__ = [
     "AgentTurn", "Debate", "DebateConfig", "DebateEngine", "DebateTrace", "EngineStats", "FixedMaskProtocol",

@@ -20,9 +20,10 @@ import numpy as np
 from dear import tasks
 from dear.debate import prompts
 from dear.debate.trace import AgentTurn, DebateTrace
-from dear.debate.vote import VoteResult, vote
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
+from dear.seeds import derive_seed  # noqa: F401  (re-exported: engine.derive_seed)
 from dear.tasks.types import Question
+from dear.vote import VoteResult, vote
 
 log = logging.getLogger(__name__)
 
@@ -208,11 +209,6 @@ def _shown(turn: AgentTurn, to_peer: bool = True) -> prompts.ShownAnswer:
     """A turn as a later prompt shows it: to peers a demoted turn is only its summary; to its author never."""
     return prompts.ShownAnswer(turn.agent, turn.reasoning, turn.conclusion, turn.answer,
                                turn.peer_summary if to_peer else None)
-
-
-def derive_seed(*parts: int) -> int:
-    """A 31-bit seed from integers (stable across processes and platforms)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 def default_debate_seed(question: Question) -> int:

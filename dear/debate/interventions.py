@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from dear.debate.engine import T_MAX, Debate, DebateEngine, RoundControl, derive_seed
+from dear.debate.engine import T_MAX, Debate, DebateEngine, RoundControl
+from dear.seeds import derive_seed
 from dear.debate.prompts import render_answer
 from dear.debate.trace import AgentTurn, DebateTrace, ExtraCall
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion

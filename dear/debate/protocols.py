@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dear.debate.engine import Debate, DebateConfig, RoundControl, derive_seed
+from dear.debate.engine import Debate, DebateConfig, RoundControl
+from dear.seeds import derive_seed
 
 
 class Protocol(abc.ABC):

@@ -1,0 +1,70 @@
+"""The plurality vote over normalised answer keys: the one place that counts votes, finds the leaders and breaks
+ties with a seeded pick. Used by the debate engine (final answer), metrics (per-round group answer), the
+regulator (plurality features) and training statistics.
+
+`None` (no parsable answer) never votes. Leaders are sorted, so the seeded pick does not depend on agent order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Votes of one round: counts per key and the plurality leaders (several on a tie, none when nobody answered)."""
+
+    counts: dict[str, int]
+    leaders: tuple[str, ...]  # sorted
+    top: int  # votes of each leader (0 when nobody answered)
+
+    @property
+    def tie(self) -> bool:
+        return len(self.leaders) > 1
+
+    def pick(self, rng: np.random.Generator) -> str | None:
+        """The winner: the only leader, or a seeded pick among tied leaders (None when nobody answered).
+        Draws from `rng` only on a tie."""
+        if not self.leaders:
+            return None
+        return self.leaders[int(rng.integers(len(self.leaders)))] if self.tie else self.leaders[0]
+
+
+def tally(keys: Sequence[str | None]) -> Tally:
+    """Count the answer keys of one round and find the plurality leaders."""
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return Tally(counts={}, leaders=(), top=0)
+    top = max(counts.values())
+    return Tally(counts=dict(counts), leaders=tuple(sorted(k for k, c in counts.items() if c == top)), top=top)
+
+
+def key_correct(keys: Sequence[str | None], correct: Sequence[bool]) -> dict[str, bool]:
+    """Whether each answer key was graded correct (True if any agent giving it was graded correct)."""
+    out: dict[str, bool] = {}
+    for k, c in zip(keys, correct):
+        if k is not None:
+            out[k] = out.get(k, False) or bool(c)
+    return out
+
+
+@dataclass(frozen=True)
+class VoteResult:
+    answer: str | None  # winning normalised key; None when no agent gave a parsable answer
+    correct: bool
+    tie: bool  # True when several keys shared the top count and the RNG picked one
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def vote(keys: Sequence[str | None], correct: Sequence[bool], rng: np.random.Generator) -> VoteResult:
+    """Plurality over `keys` with a seeded tie-break; the winner is correct iff an agent that gave it was graded
+    correct."""
+    t = tally(keys)
+    winner = t.pick(rng)
+    if winner is None:
+        return VoteResult(answer=None, correct=False, tie=False, counts={})
+    return VoteResult(answer=winner, correct=key_correct(keys, correct)[winner], tie=t.tie, counts=t.counts)

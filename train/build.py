@@ -1,0 +1,94 @@
+"""Building the parts of a training run from its config: the joint policy, the LLM backend and the vector env.
+
+The one place where `TrainConfig` is turned into objects, under the same names (`n_agents`, `n_rounds`,
+`temperature_range`, ...) the policy and the env use. Rollout collection (`train.workers`) only calls these.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from gymnasium.vector import AutoresetMode
+
+from dear.llm.base import Backend, ChatRequest, Completion
+from dear.policy import JointPolicy, PolicyConfig
+from train.config import TrainConfig
+
+
+def policy_config(cfg: TrainConfig) -> PolicyConfig:
+    """The policy's config: network sizes from `policy`, V and the action ranges from `env`."""
+    p = cfg.policy
+    return PolicyConfig(
+        n_agents=cfg.env.n_agents, selection_mode=p.selection_mode, behavior_mode=p.behavior_mode,
+        fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.log_std_init,
+        temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
+        fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
+    )
+
+
+def make_policy(cfg: TrainConfig) -> JointPolicy:
+    """A freshly initialised joint policy (seeded by `run.seed`)."""
+    torch.manual_seed(cfg.run.seed)  # network initialisation
+    return JointPolicy(policy_config(cfg))
+
+
+def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    """Keyword arguments for `make_backend` (`llm.options`)."""
+    kwargs = dict(cfg.llm.options)
+    return kwargs
+
+
+def make_local_backend(cfg: TrainConfig) -> Backend:
+    """The backend `llm` names, in this process (wrapped in the response cache when `llm.cache` is set)."""
+    from dear.llm.registry import make_backend
+
+    backend = make_backend(cfg.llm.backend_spec(), **backend_kwargs(cfg))
+    if cfg.llm.cache:
+        from dear.llm.cache import CachedBackend
+
+        backend = CachedBackend(backend, cfg.llm.cache)
+    return backend
+
+
+class TimedBackend(Backend):
+    """Measures time spent inside generate() (the "LLM share" of an iteration)."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.synthetic = inner.synthetic
+        self.context_length = inner.context_length
+        self.seconds = 0.0
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.generate(requests)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def make_vector_env(cfg: TrainConfig, backend: Backend):
+    """The vector env of one rollout worker: `rollout.envs_per_worker` debates on `backend`."""
+    e = cfg.env
+    kwargs = dict(
+        num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
+        encoder=e.encoder, n_agents=e.n_agents, n_rounds=e.n_rounds, temperature_range=e.temperature_range,
+        top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
+    )
+    kwargs.update(e.options)
+    from envs.vector_env import DebateVectorEnv
+
+    # No autoreset: every chunk starts with a seeded reset and all debates end at the same step, so
+    # autoreset would only generate round 0 of debates that are never stepped (a third of all LLM calls
+    # at R = 2). Terminal infos then arrive in the last step's `infos` directly.
+    return DebateVectorEnv(autoreset_mode=AutoresetMode.DISABLED, **kwargs)
