@@ -36,6 +36,7 @@ from dear.debate.engine import Debate
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.export import choose_encoder
+from dear.integrity import read_json
 from dear.llm.base import Backend
 from dear.tasks.types import Question
 from eval import methods as M
@@ -433,14 +434,14 @@ class Evaluator:
                              f"(read density {density})")
         self._density[benchmark] = density[:self.s.rounds]
         path = Path(self.s.out) / "run.json"
-        run_json = json.loads(path.read_text()) if path.exists() else {}
+        run_json = read_json(path, "run settings") if path.exists() else {}
         run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
         path.write_text(json.dumps(run_json, indent=1))
         return self._density[benchmark]
 
     def _timings(self) -> dict[str, float]:
         p = Path(self.s.out) / "timings.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        return read_json(p, "generation timings") if p.exists() else {}
 
     def _save_timings(self, timings: dict[str, float]) -> None:
         (Path(self.s.out) / "timings.json").write_text(json.dumps(timings, indent=1))

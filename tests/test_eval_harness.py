@@ -388,3 +388,11 @@ def test_smoke_model_harness(tmp_path):
     before = (out / "traces" / "gsm8k" / "round0.jsonl").read_text()
     eval_run.main(a)
     assert (out / "traces" / "gsm8k" / "round0.jsonl").read_text() == before
+
+
+def test_a_damaged_timings_file_is_named(tmp_path):
+    out = tmp_path / "res"
+    eval_run.main(args(out, methods="mad", n=2), backend=SimBackend())
+    (out / "timings.json").write_text('{"synthetic": 1.')
+    with pytest.raises(ValueError, match=r"timings.json: generation timings cannot be parsed"):
+        eval_run.main(args(out, methods="mad", n=3), backend=SimBackend())
