@@ -47,6 +47,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from dear.llm.base import ChatMessage, ChatRequest
+from dear.vote import tally
 from dear.llm.sim import (
     LOG_PREFIX,
     SimBackend,
@@ -172,12 +173,9 @@ def transitions(records: Sequence[DebateRecord]) -> list[Transition]:
                 own = prev[t.agent]
                 read = [prev[j].answer for j in t.peers if prev[j].answer is not None]
                 n_agr = sum(a == own.answer for a in read) if own.answer is not None else 0
-                dis = Counter(a for a in read if a != own.answer)
-                share = 0.0
-                if dis:
-                    top = max(dis.values())
-                    tied = [a for a, c in dis.items() if c == top]
-                    share = sum(a == gold for a in tied) / len(tied)
+                # the plurality of the disagreeing peers' answers (dear.vote): the share of its leaders that is right
+                dis = tally([a for a in read if a != own.answer])
+                share = sum(a == gold for a in dis.leaders) / len(dis.leaders) if dis.leaders else 0.0
                 out.append(Transition(
                     debate=k, agent=t.agent, round=r, own=own.answer, own_correct=own.correct,
                     n_read=len(read), n_agr=n_agr, n_dis=len(read) - n_agr, gold_share=share,
