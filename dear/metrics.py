@@ -186,9 +186,19 @@ def flips_by_agreement(
     return out
 
 
-def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> Conformity:
-    """HCR and BCR counts of one debate (see the module docstring for the exact case definitions)."""
-    hcr, bcr = Ratio(0, 0), Ratio(0, 0)
+@dataclass(frozen=True)
+class _MinorityCase:
+    """Agent `agent` holds a minority answer at round `round` under a plurality that is all right or all wrong."""
+
+    round: int
+    agent: int
+    correct: bool  # the agent's minority answer is correct
+    leaders: tuple[str, ...]  # the plurality's answer keys
+
+
+def _minority_cases(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]):
+    """The HCR/BCR candidates of one debate: a correct minority under a wrong plurality (HCR) and a wrong minority
+    under a right plurality (BCR); mixed ties and agents without an answer enter neither."""
     for r in range(len(answers) - 1):
         keys, ok = answers[r], correct[r]
         vote = round_vote(keys, ok)
@@ -199,11 +209,19 @@ def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequen
         for i, k in enumerate(keys):
             if k is None or vote.counts[k] >= vote.top:
                 continue  # no answer, or not in the minority
-            nxt = bool(correct[r + 1][i])
-            if ok[i] and plurality_wrong:
-                hcr = hcr + Ratio(int(not nxt), 1)
-            elif not ok[i] and plurality_right:
-                bcr = bcr + Ratio(int(nxt), 1)
+            if (ok[i] and plurality_wrong) or (not ok[i] and plurality_right):
+                yield _MinorityCase(r, i, bool(ok[i]), tuple(vote.leaders))
+
+
+def conformity(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> Conformity:
+    """HCR and BCR counts of one debate (see the module docstring for the exact case definitions)."""
+    hcr, bcr = Ratio(0, 0), Ratio(0, 0)
+    for c in _minority_cases(answers, correct):
+        nxt = bool(correct[c.round + 1][c.agent])
+        if c.correct:
+            hcr = hcr + Ratio(int(not nxt), 1)
+        else:
+            bcr = bcr + Ratio(int(nxt), 1)
     return Conformity(hcr=hcr, bcr=bcr)
 
 
@@ -211,21 +229,14 @@ def conformity_narrow(answers: Sequence[Sequence[str | None]], correct: Sequence
                       peers_read: Sequence[Sequence[int]]) -> Conformity:
     """Narrow HCR and BCR of one debate: only agents that read a peer; the change is adopting the plurality."""
     hcr, bcr = Ratio(0, 0), Ratio(0, 0)
-    for r in range(len(answers) - 1):
-        keys, ok = answers[r], correct[r]
-        vote = round_vote(keys, ok)
-        kc = key_correct(keys, ok)
-        leaders_right = [kc[k] for k in vote.leaders]
-        plurality_wrong = bool(leaders_right) and not any(leaders_right)
-        plurality_right = bool(leaders_right) and all(leaders_right)
-        for i, k in enumerate(keys):
-            if k is None or vote.counts[k] >= vote.top or peers_read[r + 1][i] == 0:
-                continue
-            adopted = answers[r + 1][i] in vote.leaders
-            if ok[i] and plurality_wrong:
-                hcr = hcr + Ratio(int(adopted), 1)
-            elif not ok[i] and plurality_right:
-                bcr = bcr + Ratio(int(adopted), 1)
+    for c in _minority_cases(answers, correct):
+        if peers_read[c.round + 1][c.agent] == 0:
+            continue
+        adopted = answers[c.round + 1][c.agent] in c.leaders
+        if c.correct:
+            hcr = hcr + Ratio(int(adopted), 1)
+        else:
+            bcr = bcr + Ratio(int(adopted), 1)
     return Conformity(hcr=hcr, bcr=bcr)
 
 
