@@ -76,7 +76,7 @@ def test_answer_aware_evidence_formula():
 def test_sim_world_from_a_fit_file_through_the_train_config(tmp_path):
     from dear.llm.registry import make_backend
     from train.config import load_config
-    from train.workers import backend_kwargs
+    from train.build import backend_kwargs
 
     fit = SimParams(temp_penalty=0.9, switch_agree=1.7, skills=[0.1, 0.0, -0.1])
     fit_path = tmp_path / "sim_params_synthetic_fit.json"
