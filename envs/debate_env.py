@@ -34,7 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from dear import tasks
-from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
+from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
 from dear.debate.trace import DebateTrace
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
@@ -78,15 +78,10 @@ class DebateEnvConfig:
             raise ValueError(
                 f"n_rounds must be >= 1 (an episode needs one exchange round), got {self.n_rounds}"
             )
-        for name in ("temperature_range", "top_p_range"):
-            lo, hi = (float(x) for x in getattr(self, name))
-            if not lo < hi:
-                raise ValueError(f"{name} must be (low, high) with low < high, got {(lo, hi)}")
-            setattr(self, name, (lo, hi))
-        if not (0 <= self.temperature_range[0] and self.temperature_range[1] <= 2.0):
-            raise ValueError(f"temperature_range must lie in [0, 2], got {self.temperature_range}")
-        if not (0 < self.top_p_range[0] and self.top_p_range[1] <= 1.0):
-            raise ValueError(f"top_p_range must lie in (0, 1], got {self.top_p_range}")
+        for name, problem in sampling_range_errors(self.temperature_range, self.top_p_range):
+            raise ValueError(f"{name} {problem}")
+        self.temperature_range = tuple(float(x) for x in self.temperature_range)
+        self.top_p_range = tuple(float(x) for x in self.top_p_range)
         if self.token_cost < 0:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
         if not 0 < self.shaping_gamma <= 1:

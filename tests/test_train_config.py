@@ -156,3 +156,32 @@ def test_a_saved_config_with_old_keys_still_loads(tmp_path):
         "saved: config key 'env.num_agents' is deprecated; use 'env.n_agents'",
         "saved: config key 'policy.init_log_std' is deprecated; use 'policy.log_std_init'"}
     assert cfg == load_config("sim")
+
+
+BAD_RANGES = [  # (key, value): every documented bound of the behavior policy's sampling ranges, just outside
+    ("temperature_range", "[-0.1,1.0]"),  # low >= 0
+    ("temperature_range", "[0.1,2.01]"),  # high <= T_MAX = 2
+    ("temperature_range", "[1.0,1.0]"),  # low < high
+    ("top_p_range", "[0.0,1.0]"),  # low > 0
+    ("top_p_range", "[0.5,1.01]"),  # high <= 1
+    ("top_p_range", "[0.9,0.5]"),  # low < high
+]
+
+
+def test_every_sampling_bound_is_checked_once_for_config_and_env():
+    """The config and the env answer from the same rule (dear.debate.engine.sampling_range_errors): the config
+    names its dotted key before anything starts, the env its field; the bounds themselves are accepted."""
+    import pytest
+    import yaml
+
+    from envs.debate_env import DebateEnvConfig
+    from train.config import ConfigError, load_config
+
+    for key, value in BAD_RANGES:
+        with pytest.raises(ConfigError, match=f"env.{key}"):
+            load_config("sim", [f"env.{key}={value}"])
+        with pytest.raises(ValueError, match=key):
+            DebateEnvConfig(**{key: tuple(yaml.safe_load(value))})
+    ok = ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.01,1.0]"]
+    cfg = load_config("sim", ok)
+    DebateEnvConfig(temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from dear.debate.engine import T_MAX
+from dear.debate.engine import sampling_range_errors
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -195,12 +195,8 @@ class TrainConfig:
              f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")
         need(self.env.n_agents >= 2, "env.n_agents", "needs at least 2 agents")
         need(self.env.n_rounds >= 1, "env.n_rounds", "needs at least 1 exchange round")
-        # The engine's own sampling bounds (RoundControl): T in [0, T_MAX], top-p in (0, 1].
-        t_lo, t_hi = self.env.temperature_range
-        need(0 <= t_lo < t_hi <= T_MAX, "env.temperature_range",
-             f"needs 0 <= low < high <= {T_MAX} (the widest range every backend accepts), got ({t_lo}, {t_hi})")
-        p_lo, p_hi = self.env.top_p_range
-        need(0 < p_lo < p_hi <= 1.0, "env.top_p_range", f"needs 0 < low < high <= 1, got ({p_lo}, {p_hi})")
+        for field_name, problem in sampling_range_errors(self.env.temperature_range, self.env.top_p_range):
+            need(False, f"env.{field_name}", problem)
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
         need(self.rollout.episodes_per_iter >= 1, "rollout.episodes_per_iter", "must be >= 1")

@@ -72,6 +72,21 @@ class DebateConfig:
                 )
 
 
+def sampling_range_errors(temperature_range, top_p_range) -> list[tuple[str, str]]:
+    """The one check of the ranges a behavior policy samples from, against the bounds every request must meet
+    (RoundControl below): temperature in [0, T_MAX], top-p in (0, 1]. Returns (field, problem) pairs; the config
+    and the env both raise from it, naming their own key."""
+    errors = []
+    t_lo, t_hi = (float(x) for x in temperature_range)
+    if not 0 <= t_lo < t_hi <= T_MAX:
+        errors.append(("temperature_range", f"needs 0 <= low < high <= {T_MAX} (the widest range every backend "
+                                            f"accepts), got ({t_lo:g}, {t_hi:g})"))
+    p_lo, p_hi = (float(x) for x in top_p_range)
+    if not 0 < p_lo < p_hi <= 1.0:
+        errors.append(("top_p_range", f"needs 0 < low < high <= 1, got ({p_lo:g}, {p_hi:g})"))
+    return errors
+
+
 @dataclass
 class RoundControl:
     """What the next exchange round does: mask[i, j] = True -> agent i reads agent j's previous answer;
