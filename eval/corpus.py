@@ -54,6 +54,7 @@ from dear.llm.base import Backend
 from dear.llm.registry import make_backend
 from dear.tasks.loaders import subset
 from dear.tasks.types import Question
+from eval.settings_guard import guard_settings
 
 log = logging.getLogger("eval.corpus")
 PROG = "python -m eval.corpus"
@@ -226,23 +227,9 @@ class RunDir:
             raise SystemExit(f"{PROG}: error: --out {root} exists and is not a directory")
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
-        self._guard(settings)
+        guard_settings(root / "settings.json", settings, PROG,
+                       "use the stored settings to continue, or another --out")
         self.corpus = CorpusFile(root / CORPUS_FILE)
-
-    def _guard(self, settings: Settings) -> None:
-        path = self.root / "settings.json"
-        wanted = json.loads(json.dumps(asdict(settings)))  # tuples → lists, as stored
-        if path.exists():
-            try:
-                stored = json.loads(path.read_text())
-            except ValueError as e:
-                raise SystemExit(f"{PROG}: error: {path} is not valid JSON: {e}") from None
-            changed = {k: (stored.get(k), v) for k, v in wanted.items() if stored.get(k) != v}
-            if changed:
-                raise SystemExit(f"{PROG}: error: {path} was made with other settings (stored, now): {changed}; "
-                                 "use the stored settings to continue, or another --out")
-        else:
-            path.write_text(json.dumps(wanted, indent=2) + "\n")
 
     def done(self, kind: str) -> set[str]:
         return {r["trace"]["question_id"] for r in self.corpus.records if r["kind"] == kind}

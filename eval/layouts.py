@@ -36,6 +36,7 @@ from dear.llm.base import Backend
 from dear.llm.registry import make_backend
 from dear.metrics import paired_bootstrap_diff, bootstrap_ci, round_scores, transitions
 from dear.tasks.types import Question
+from eval.settings_guard import guard_settings
 
 log = logging.getLogger("eval.layouts")
 PROTOCOL_NAMES = ("mad", "ring")
@@ -100,24 +101,9 @@ class RunDir:
         if root.exists() and not root.is_dir():
             raise SystemExit(f"python -m eval.layouts: error: --out {root} exists and is not a directory")
         root.mkdir(parents=True, exist_ok=True)
-        self._guard(settings)
+        guard_settings(root / "settings.json", settings, "python -m eval.layouts")
         self.round0 = {t.question_id: t for t in self._read(self.root / "round0.jsonl", "trace")}
         self.done = {(r["arm"], r["trace"]["question_id"]) for r in self._read(self.root / "arms.jsonl")}
-
-    def _guard(self, settings: Settings) -> None:
-        path = self.root / "settings.json"
-        wanted = asdict(settings)
-        if path.exists():
-            try:
-                stored = json.loads(path.read_text())
-            except ValueError as e:
-                raise SystemExit(f"python -m eval.layouts: error: {path} is not valid JSON: {e}") from None
-            changed = {k: (stored.get(k), v) for k, v in wanted.items() if stored.get(k) != v}
-            if changed:
-                raise SystemExit(f"python -m eval.layouts: error: {path} was made with other settings "
-                                 f"(stored, now): {changed}; use another --out")
-        else:
-            path.write_text(json.dumps(wanted, indent=2) + "\n")
 
     @staticmethod
     def _read(path: Path, field: str | None = None) -> list:
