@@ -1,6 +1,6 @@
 """Time the evidence core (similarity -> opinions -> Dempster-Shafer fusion) per debate-round, encoding excluded.
 
-    python bench/bench_belief.py [--batch 256] [--agents 3 5 8] [--dim 384] [--reps 50] [--rule dst] [--threads 1]
+    python bench/bench_belief.py [--batch 256] [--n-agents 3 5 8] [--dim 384] [--reps 50] [--rule dst] [--threads 1]
 
 A real round's LLM time is seconds, so the belief step should be a vanishing fraction of it
 (target: < 1 ms per debate-round for V = 3).
@@ -17,6 +17,7 @@ import time
 import torch
 
 from dear.belief import fuse, opinions
+from dear.deprecation import add_renamed_flags
 from dear.evidence import pairwise_evidence
 
 
@@ -36,7 +37,8 @@ def one_round(h: torch.Tensor, c: torch.Tensor, mask: torch.Tensor, rule: str) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=256, help="debates per call (B)")
-    parser.add_argument("--agents", type=int, nargs="+", default=[3, 5, 8], help="V values to time")
+    parser.add_argument("--n-agents", type=int, nargs="+", default=[3, 5, 8], help="V values to time")
+    add_renamed_flags(parser, {"--agents": "--n-agents"})  # old name (issue 16)
     parser.add_argument("--dim", type=int, default=384, help="embedding dim (MiniLM: 384, BGE-M3: 1024)")
     parser.add_argument("--reps", type=int, default=50, help="timed calls per V (median reported)")
     parser.add_argument("--rule", choices=["dst", "mean"], default="dst")
@@ -48,12 +50,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     print("command:", shlex.join([sys.executable, *sys.argv]))
-    print(f"config: batch={args.batch} agents={args.agents} dim={args.dim} reps={args.reps} rule={args.rule} "
+    print(f"config: batch={args.batch} agents={args.n_agents} dim={args.dim} reps={args.reps} rule={args.rule} "
           f"dtype=float32 torch={torch.__version__} threads={torch.get_num_threads()} "
           f"cpu={platform.processor() or platform.machine()} python={platform.python_version()}")
     print(f"{'V':>3} {'ms/call':>9} {'us/debate-round':>16} {'ratio to 1 s':>13} {'target <1 ms':>13}")
     with torch.inference_mode():
-        for agents in args.agents:
+        for agents in args.n_agents:
             inputs = make_inputs(args.batch, agents, args.dim, args.seed)
             for _ in range(5):  # warm-up: allocator, kernels
                 one_round(**inputs, rule=args.rule)

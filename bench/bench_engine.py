@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 
 from dear import tasks
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, summarize
+from dear.deprecation import add_renamed_flags
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
 from dear.llm.registry import make_backend
 
@@ -54,15 +55,16 @@ def main(argv=None) -> dict:
     p.add_argument("--llm", default="local")
     p.add_argument("--task", default="gsm8k")
     p.add_argument("--n", type=int, default=3)
-    p.add_argument("--agents", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--n-agents", type=int, default=3)
+    p.add_argument("--n-rounds", type=int, default=2)
+    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = p.parse_args(argv)
 
     questions = tasks.load(args.task, n=args.n, seed=args.seed)
-    n_req = len(questions) * args.agents
+    n_req = len(questions) * args.n_agents
     t0 = time.perf_counter()
     kwargs = {"n_parallel": min(16, n_req)} if args.llm.split(":")[0] in ("local", "smoke") else {}
     backend = make_backend(args.llm, **kwargs)
@@ -71,7 +73,7 @@ def main(argv=None) -> dict:
     backend.generate([ChatRequest((ChatMessage("user", "Say hi."),), max_tokens=4, seed=1)])
 
     rec = Recorder(backend)
-    engine = DebateEngine(rec, DebateConfig(n_agents=args.agents, n_rounds=args.rounds,
+    engine = DebateEngine(rec, DebateConfig(n_agents=args.n_agents, n_rounds=args.n_rounds,
                                             max_tokens=args.max_tokens, seed=args.seed))
     raw = {"wall": 0.0, "tokens": 0}
 
@@ -86,7 +88,7 @@ def main(argv=None) -> dict:
         raw["wall"] += time.perf_counter() - t0
         raw["tokens"] += sum(c.completion_tokens for c in comps)
 
-    debates = engine.run(questions, MADProtocol(args.agents, args.rounds), on_round=replay_raw)
+    debates = engine.run(questions, MADProtocol(args.n_agents, args.n_rounds), on_round=replay_raw)
     st = engine.stats
     engine_wall = st.total_s  # wall time inside start()/step(), i.e. excluding the raw replays
     engine_tokens = st.fresh_completion_tokens
@@ -97,8 +99,8 @@ def main(argv=None) -> dict:
     raw_tps = raw_tokens / raw_wall
     s = summarize(debates)
     result = {
-        "llm": args.llm, "model_id": backend.model_id, "questions": len(questions), "agents": args.agents,
-        "rounds": args.rounds, "max_tokens": args.max_tokens, "load_s": round(load_s, 2),
+        "llm": args.llm, "model_id": backend.model_id, "questions": len(questions), "agents": args.n_agents,
+        "rounds": args.n_rounds, "max_tokens": args.max_tokens, "load_s": round(load_s, 2),
         "engine_wall_s": round(engine_wall, 2), "engine_backend_s": round(st.backend_s, 2),
         "engine_completion_tokens": engine_tokens, "engine_tok_s": round(engine_tps, 2),
         "raw_wall_s": round(raw_wall, 2), "raw_completion_tokens": raw_tokens, "raw_tok_s": round(raw_tps, 2),

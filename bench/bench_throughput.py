@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from dear import tasks  # noqa: E402
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts  # noqa: E402
+from dear.deprecation import add_renamed_flags  # noqa: E402
 from dear.llm.base import Backend, ChatRequest  # noqa: E402
 from dear.llm.registry import make_backend  # noqa: E402
 
@@ -87,17 +88,18 @@ def main(argv=None) -> int:
     p.add_argument("--data-seed", type=int, default=21, help="GSM8K train questions (kept off the test split)")
     p.add_argument("--parallel", type=int, default=9, help="llama.cpp slots")
     p.add_argument("--in-flight", type=int, default=None, help="debates at once (default parallel // agents)")
-    p.add_argument("--agents", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--n-agents", type=int, default=3)
+    p.add_argument("--n-rounds", type=int, default=2)
+    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=384)
     p.add_argument("--n-ctx", type=int, default=3072)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
-    in_flight = a.in_flight or max(1, a.parallel // a.agents)
+    in_flight = a.in_flight or max(1, a.parallel // a.n_agents)
     questions = tasks.load("gsm8k", split="train", n=a.questions, seed=a.data_seed)
     kwargs = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
-    base = DebateConfig(n_agents=a.agents, n_rounds=a.rounds, max_tokens=a.max_tokens, seed=a.seed)
+    base = DebateConfig(n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, seed=a.seed)
     with make_backend(a.llm, **kwargs) as backend:
         passes = [
             raw_pass(backend, questions, base),
@@ -107,7 +109,7 @@ def main(argv=None) -> int:
                         replace(base, layout="multiturn"), in_flight, concurrent=True),
         ]
     raw = passes[0].tokens_per_s
-    print(f"{a.llm}: {a.questions} GSM8K questions, V={a.agents}, R={a.rounds}, {a.max_tokens} max tokens, "
+    print(f"{a.llm}: {a.questions} GSM8K questions, V={a.n_agents}, R={a.n_rounds}, {a.max_tokens} max tokens, "
           f"{a.parallel} slots, {in_flight} debates in flight, seed {a.seed}")
     print(f"{'pass':46s} {'calls':>5s} {'wall s':>7s} {'compl tok':>9s} {'tok/s':>6s} {'ratio':>6s} "
           f"{'prompt computed/reused':>23s} {'errors':>6s}")

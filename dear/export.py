@@ -35,6 +35,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 import dear
+from dear.cli import run as run_cli
 from dear.integrity import CHECKSUMS_FILE, IntegrityError, atomic_write_text, read_json, sha256_file, verify_checksums
 from dear.policy import (
     RAW_BOUND,
@@ -313,4 +314,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m dear.export")

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dear import tasks
+from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.trace import DebateTrace, write_jsonl
+from dear.deprecation import add_renamed_flags, rename_keys
 from dear.evidence import make_encoder
 from dear.export import ExportedPolicy, choose_encoder, load_exported
 from dear.integrity import check_output_file
@@ -64,16 +65,20 @@ class InferenceResult:
 class RegulatedDebater:
     """Runs DEAR-regulated debates with an exported policy on one backend (closes what it opened)."""
 
-    def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, rounds: int | None = None,
+    def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, n_rounds: int | None = None,
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
                  **backend_options):
+        if "rounds" in backend_options:  # its name before issue 16
+            n_rounds = rename_keys({"rounds": backend_options.pop("rounds")} | (
+                {"n_rounds": n_rounds} if n_rounds is not None else {}), {"rounds": "n_rounds"},
+                "RegulatedDebater: ", label="keyword")["n_rounds"]
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         if self.exported.synthetic:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
                         self.exported.path)
         self.config = DebateConfig(n_agents=self.exported.n_agents,
-                                   n_rounds=int(rounds if rounds is not None else self.exported.n_rounds or 2),
+                                   n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
         self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)
@@ -159,7 +164,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--choices-field", help="options field for --kind choice in the JSONL")
     p.add_argument("--id-field", help="question id field in the JSONL (default: line number)")
     p.add_argument("--llm", default="local", help="backend spec: local | smoke | openai:URL#model | vllm:MODEL")
-    p.add_argument("--rounds", type=int, help="exchange rounds (default: the policy's training setting)")
+    p.add_argument("--n-rounds", type=int, help="exchange rounds (default: the policy's training setting)")
+    add_renamed_flags(p, {"--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
     p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
@@ -192,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.n_ctx:
             options["n_ctx"] = a.n_ctx
     t0 = time.perf_counter()
-    with RegulatedDebater(exported, a.llm, rounds=a.rounds, max_tokens=a.max_tokens, temperature=a.temperature,
+    with RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens, temperature=a.temperature,
                           top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache,
                           allow_encoder_mismatch=a.allow_encoder_mismatch, **options) as debater:
         tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.exported.synthetic else ""
@@ -230,8 +236,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_cli(main, "python -m dear.infer")

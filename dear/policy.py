@@ -25,7 +25,6 @@ Conventions (also used by the environment and the export manifest):
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass
 from typing import ClassVar, Literal
 
@@ -35,6 +34,7 @@ from torch import nn
 from torch.distributions import Bernoulli, Independent, Normal
 
 from dear.belief import Opinion, fuse
+from dear.deprecation import rename_keys
 
 SelectionMode = Literal["learned", "full", "random"]
 BehaviorMode = Literal["learned", "fixed"]
@@ -337,13 +337,7 @@ class PolicyConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> PolicyConfig:
-        data = dict(data)
-        for old, new in cls.RENAMED_KEYS.items():
-            if old in data:
-                if new in data:
-                    raise ValueError(f"PolicyConfig: '{old}' and '{new}' are the same setting; keep only '{new}'")
-                warnings.warn(f"PolicyConfig key '{old}' is deprecated; use '{new}'", FutureWarning, stacklevel=2)
-                data[new] = data.pop(old)
+        data = rename_keys(data, cls.RENAMED_KEYS, "PolicyConfig: ")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"PolicyConfig: unknown keys {sorted(unknown)}")

@@ -26,7 +26,7 @@ that made agents correct.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -36,6 +36,7 @@ from gymnasium import spaces
 from dear import tasks
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
 from dear.debate.trace import DebateTrace
+from dear.deprecation import rename_keys
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
 from dear.policy import (
@@ -86,6 +87,12 @@ class DebateEnvConfig:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
         if not 0 < self.shaping_gamma <= 1:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
+
+
+    @classmethod
+    def from_keywords(cls, keywords: Mapping[str, Any]) -> DebateEnvConfig:
+        """The config from an env constructor's keyword arguments (its `locals()`; other names are ignored)."""
+        return cls(**{f.name: keywords[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -332,6 +339,21 @@ class DebateCore:
             self.backend.close()
 
 
+# Old keyword names of the env constructors (issue 16): they still work, with a FutureWarning naming the new one.
+RENAMED_KEYWORDS: dict[str, str] = {"temp_range": "temperature_range"}
+
+
+def temperature_range_keyword(env_name: str, temperature_range: tuple[float, float] | None,
+                              old_keywords: Mapping[str, Any]) -> tuple[float, float]:
+    """The temperature range an env constructor was given, under its name or its old name `temp_range`."""
+    unknown = sorted(set(old_keywords) - set(RENAMED_KEYWORDS))
+    if unknown:
+        raise TypeError(f"{env_name}() got unexpected keyword arguments {unknown}")
+    given = {"temperature_range": temperature_range} if temperature_range is not None else {}
+    merged = rename_keys(given | dict(old_keywords), RENAMED_KEYWORDS, f"{env_name}: ", label="keyword")
+    return tuple(merged.get("temperature_range", DEFAULT_TEMPERATURE_RANGE))
+
+
 class DebateEnv(gym.Env):
     """Single-debate POMDP (see module docstring). Registered as ``dear/Debate-v0``.
 
@@ -352,7 +374,7 @@ class DebateEnv(gym.Env):
         n_rounds: int = 2,
         temperature0: float = 0.7,
         top_p0: float = 0.9,
-        temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
+        temperature_range: tuple[float, float] | None = None,  # None: DEFAULT_TEMPERATURE_RANGE
         top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
         token_cost: float = 0.01,
         max_tokens: int = 512,
@@ -363,25 +385,11 @@ class DebateEnv(gym.Env):
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
+        **old_keywords: Any,  # temp_range (deprecated name of temperature_range)
     ):
         super().__init__()
-        self.config = DebateEnvConfig(
-            task=task,
-            split=split,
-            n_questions=n_questions,
-            n_agents=n_agents,
-            n_rounds=n_rounds,
-            temperature0=temperature0,
-            top_p0=top_p0,
-            temperature_range=tuple(temperature_range),
-            top_p_range=tuple(top_p_range),
-            token_cost=token_cost,
-            max_tokens=max_tokens,
-            shaping=shaping,
-            shaping_coef=shaping_coef,
-            shaping_gamma=shaping_gamma,
-            seed=seed,
-        )
+        temperature_range = temperature_range_keyword("DebateEnv", temperature_range, old_keywords)
+        self.config = DebateEnvConfig.from_keywords(locals())
         self.core = DebateCore(
             self.config, llm=llm, encoder=encoder, questions=questions, llm_kwargs=llm_kwargs
         )

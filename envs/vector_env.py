@@ -38,10 +38,10 @@ from gymnasium.vector.utils import batch_space
 from dear.debate.engine import Debate
 from dear.evidence import Encoder
 from dear.llm.base import Backend
-from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
+from dear.policy import DEFAULT_TOP_P_RANGE
 from dear.regulator import BeliefObservation
 from dear.tasks.types import Question
-from envs.debate_env import DebateCore, DebateEnvConfig
+from envs.debate_env import DebateCore, DebateEnvConfig, temperature_range_keyword
 
 
 class DebateVectorEnv(VectorEnv):
@@ -65,7 +65,7 @@ class DebateVectorEnv(VectorEnv):
         n_rounds: int = 2,
         temperature0: float = 0.7,
         top_p0: float = 0.9,
-        temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
+        temperature_range: tuple[float, float] | None = None,  # None: DEFAULT_TEMPERATURE_RANGE
         top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
         token_cost: float = 0.01,
         max_tokens: int = 512,
@@ -77,7 +77,9 @@ class DebateVectorEnv(VectorEnv):
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        **old_keywords: Any,  # temp_range (deprecated name of temperature_range)
     ):
+        temperature_range = temperature_range_keyword("DebateVectorEnv", temperature_range, old_keywords)
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = num_envs
@@ -86,23 +88,7 @@ class DebateVectorEnv(VectorEnv):
             raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED, got {mode}")
         self.autoreset_mode = mode
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
-        self.config = DebateEnvConfig(
-            task=task,
-            split=split,
-            n_questions=n_questions,
-            n_agents=n_agents,
-            n_rounds=n_rounds,
-            temperature0=temperature0,
-            top_p0=top_p0,
-            temperature_range=tuple(temperature_range),
-            top_p_range=tuple(top_p_range),
-            token_cost=token_cost,
-            max_tokens=max_tokens,
-            shaping=shaping,
-            shaping_coef=shaping_coef,
-            shaping_gamma=shaping_gamma,
-            seed=seed,
-        )
+        self.config = DebateEnvConfig.from_keywords(locals())
         self.core = DebateCore(
             self.config, llm=llm, encoder=encoder, questions=questions, llm_kwargs=llm_kwargs
         )

@@ -46,12 +46,15 @@ from typing import Any
 import numpy as np
 
 from dear import tasks
+from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import MADProtocol
 from dear.debate.trace import DebateTrace
+from dear.deprecation import add_renamed_flags
 from dear.llm.base import Backend
 from dear.llm.registry import make_backend
+from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE  # the ranges training uses
 from dear.tasks.loaders import subset
 from dear.tasks.types import Question
 from eval.settings_guard import guard_settings
@@ -60,8 +63,6 @@ log = logging.getLogger("eval.corpus")
 PROG = "python -m eval.corpus"
 CORPUS_FILE = "corpus.jsonl.gz"
 KINDS = ("logging", "mad")
-DEFAULT_TEMPERATURE_RANGE = (0.1, 1.2)  # train/config.py EnvSection.temperature_range
-DEFAULT_TOP_P_RANGE = (0.5, 1.0)  # train/config.py EnvSection.top_p_range
 
 
 @dataclass(frozen=True)
@@ -362,8 +363,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-logging", type=int, default=96)
     p.add_argument("--n-mad", type=int, default=24)
     p.add_argument("--layout", choices=LAYOUTS, required=True, help="exchange-round prompt layout (recorded)")
-    p.add_argument("--agents", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--n-agents", type=int, default=3)
+    p.add_argument("--n-rounds", type=int, default=2)
+    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=384)
     p.add_argument("--data-seed", type=int, default=14)
     p.add_argument("--seed", type=int, default=0)
@@ -383,13 +385,13 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
     for flag in ("n_logging", "n_mad"):
         if getattr(a, flag) < 0:
             raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 0")
-    for flag in ("agents", "max_tokens", "parallel", "n_ctx"):
+    for flag in ("n_agents", "max_tokens", "parallel", "n_ctx"):
         if getattr(a, flag) < 1:
             raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 1")
-    if a.rounds < 1:
-        raise SystemExit(f"{PROG}: error: --rounds must be >= 1 (the corpus is about exchange rounds)")
-    return Settings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm, n_agents=a.agents,
-                    n_rounds=a.rounds, max_tokens=a.max_tokens, layout=a.layout, mask_p=a.mask_p,
+    if a.n_rounds < 1:
+        raise SystemExit(f"{PROG}: error: --n-rounds must be >= 1 (the corpus is about exchange rounds)")
+    return Settings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm, n_agents=a.n_agents,
+                    n_rounds=a.n_rounds, max_tokens=a.max_tokens, layout=a.layout, mask_p=a.mask_p,
                     temperature_range=tuple(a.temperature_range), top_p_range=tuple(a.top_p_range),
                     mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
 
@@ -424,4 +426,4 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m eval.corpus")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import ks_2samp
 
+from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.protocols import MADProtocol
 from dear.evidence import Encoder, make_encoder, pairwise_evidence
@@ -246,4 +247,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m eval.evidence_match")

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
+from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
 from dear.debate.protocols import MADProtocol
 from dear.llm.sim import SimBackend, SimParams, difficulty_logit, distractor_weights, excess, sigmoid
@@ -263,9 +264,9 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
                  "null": np.array([null.p_new_correct(t) for t in data.transitions])}
         calib[name] = calibration(data.transitions, preds)
         stats = fit_sim.compute_stats(data.records)
-        round0[name] = {"observed_accuracy": [stats["round-0 accuracy"].k, stats["round-0 accuracy"].n],
-                        "observed_unanimous": [stats["round-0 unanimous questions"].k,
-                                               stats["round-0 unanimous questions"].n],
+        round0[name] = {"observed_accuracy": [stats["round-0 accuracy"].num, stats["round-0 accuracy"].den],
+                        "observed_unanimous": [stats["round-0 unanimous questions"].num,
+                                               stats["round-0 unanimous questions"].den],
                         "fitted": round0_predictions(fitted, data), "default": round0_predictions(default, data)}
     mad = {"real": real_mad(corpus.mad)} if corpus.mad else {}
     if corpus.mad:
@@ -373,4 +374,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m eval.fit_corpus")

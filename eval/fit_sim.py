@@ -5,7 +5,7 @@
         [--out results/sim_fit/params_synthetic_fit.json] [--report results/sim_fit/fit_report.md]
 
     # run the real model on N GSM8K test questions with random masks and temperatures, write the traces
-    python -m eval.fit_sim --collect 16 --llm local [--rounds 1] [--max-tokens 384] [--seed 0] [--fit]
+    python -m eval.fit_sim --collect 16 --llm local [--n-rounds 1] [--max-tokens 384] [--seed 0] [--fit]
 
 What is estimated (all from the traces' rounds[r][agent]: answer_key, correct, temperature, top_p, peers):
 - observed rates: round-0 accuracy and unanimity; correct→incorrect (C→I) and incorrect→correct (I→C) rates
@@ -46,8 +46,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from dear.cli import run as run_cli
+from dear.deprecation import add_renamed_flags
 from dear.llm.base import ChatMessage, ChatRequest
-from dear.vote import tally
+from dear.metrics import Ratio
 from dear.llm.sim import (
     LOG_PREFIX,
     SimBackend,
@@ -60,6 +62,7 @@ from dear.llm.sim import (
     sigmoid,
 )
 from dear.tasks.synthetic import load_synthetic
+from dear.vote import tally
 
 log = logging.getLogger("eval.fit_sim")
 
@@ -185,16 +188,6 @@ def transitions(records: Sequence[DebateRecord]) -> list[Transition]:
 
 
 # ---------------------------------------------------------------- observed statistics
-@dataclass(frozen=True)
-class Rate:
-    k: int
-    n: int
-
-    @property
-    def value(self) -> float:
-        return self.k / self.n if self.n else float("nan")
-
-
 def _agree_slice(t: Transition) -> str:
     if t.n_read == 0:
         return "read none"
@@ -208,13 +201,13 @@ def _temp_slice(t: float) -> str:
     return f"T∈[{TEMP_BINS[-1][0]:.1f},2.0]"
 
 
-def compute_stats(records: Sequence[DebateRecord]) -> dict[str, Rate]:
+def compute_stats(records: Sequence[DebateRecord]) -> dict[str, Ratio]:
     """Observed rates keyed by a readable name (the rows of the report)."""
-    stats: dict[str, Rate] = {}
+    stats: dict[str, Ratio] = {}
     r0 = [t for rec in records for t in rec.rounds[0]]
-    stats["round-0 accuracy"] = Rate(sum(t.correct for t in r0), len(r0))
+    stats["round-0 accuracy"] = Ratio(sum(t.correct for t in r0), len(r0))
     unan = [len({t.answer for t in rec.rounds[0]}) == 1 and rec.rounds[0][0].answer is not None for rec in records]
-    stats["round-0 unanimous questions"] = Rate(sum(unan), len(unan))
+    stats["round-0 unanimous questions"] = Ratio(sum(unan), len(unan))
     trs = transitions(records)
     slices: dict[str, list[Transition]] = {"all": trs}
     for t in trs:
@@ -226,16 +219,16 @@ def compute_stats(records: Sequence[DebateRecord]) -> dict[str, Rate]:
         group = slices.get(name, [])
         c = [t for t in group if t.own_correct]
         w = [t for t in group if not t.own_correct]
-        stats[f"C→I {name}"] = Rate(sum(not t.new_correct for t in c), len(c))
-        stats[f"I→C {name}"] = Rate(sum(t.new_correct for t in w), len(w))
+        stats[f"C→I {name}"] = Ratio(sum(not t.new_correct for t in c), len(c))
+        stats[f"I→C {name}"] = Ratio(sum(t.new_correct for t in w), len(w))
     if records:
         last = [t for rec in records for t in rec.rounds[-1]]
-        stats["last-round accuracy"] = Rate(sum(t.correct for t in last), len(last))
+        stats["last-round accuracy"] = Ratio(sum(t.correct for t in last), len(last))
     return stats
 
 
 # ---------------------------------------------------------------- fitting
-def _wrong_pair_agreement(records: Sequence[DebateRecord]) -> Rate:
+def _wrong_pair_agreement(records: Sequence[DebateRecord]) -> Ratio:
     """How often two wrong round-0 answers to the same question are the same answer (no-answer = unique)."""
     k = n = 0
     for rec in records:
@@ -244,14 +237,14 @@ def _wrong_pair_agreement(records: Sequence[DebateRecord]) -> Rate:
             for j in range(i + 1, len(wrong)):
                 n += 1
                 k += wrong[i] is not None and wrong[i] == wrong[j]
-    return Rate(k, n)
+    return Ratio(k, n)
 
 
-def fit_distractors(params: SimParams, agreement: Rate, n_distractors: int = 3) -> SimParams:
+def fit_distractors(params: SimParams, agreement: Ratio, n_distractors: int = 3) -> SimParams:
     """Match κ = (1 − u)²·Σ w_i² to the observed wrong-pair agreement (u first; λ if u = 0 is not enough)."""
-    if agreement.n == 0:
+    if agreement.den == 0:
         return params
-    kappa = agreement.value
+    kappa = agreement.rate
     s2 = float((distractor_weights(params, n_distractors) ** 2).sum())
     if kappa <= s2:
         return replace(params, p_unique_wrong=float(np.clip(1 - math.sqrt(kappa / s2), 0.0, 0.95)))
@@ -438,7 +431,7 @@ def fit(records: Sequence[DebateRecord], prior: SimParams | None = None) -> tupl
     p, info = fit_round0(records, prior)
     agreement = _wrong_pair_agreement(records)
     p = fit_distractors(p, agreement)
-    info["wrong_pair_agreement"] = [agreement.k, agreement.n]
+    info["wrong_pair_agreement"] = [agreement.num, agreement.den]
     p, info2 = fit_transitions(records, p, prior)
     info.update(info2)
     return p, info
@@ -586,7 +579,7 @@ def fit_wrong_answers(records: Sequence[DebateRecord], base: SimParams) -> tuple
     question coincide (pairs and triples). Pairs alone identify only κ = (1 − u)²·Σw²; triples separate u and λ."""
     sigs = _wrong_signatures(records)
     agreement = _wrong_pair_agreement(records)
-    info: dict[str, Any] = {"wrong_pair_agreement": [agreement.k, agreement.n], "wrong_answer_questions": len(sigs)}
+    info: dict[str, Any] = {"wrong_pair_agreement": [agreement.num, agreement.den], "wrong_answer_questions": len(sigs)}
     if not sigs:
         info.update(kappa=None, wrong_answers_identified=False)
         return base, info
@@ -828,13 +821,13 @@ def write_records(records: Sequence[DebateRecord], path: str | Path) -> None:
 
 
 # ---------------------------------------------------------------- report
-def comparison_table(real: dict[str, Rate], sims: dict[str, dict[str, Rate]]) -> str:
+def comparison_table(real: dict[str, Ratio], sims: dict[str, dict[str, Ratio]]) -> str:
     head = "| statistic | real (k/n) | real rate | " + " | ".join(sims) + " |"
     sep = "|---|---:|---:|" + "---:|" * len(sims)
     rows = [head, sep]
     for name, r in real.items():
-        cells = [f"{s[name].value:.3f}" if name in s and s[name].n else "–" for s in sims.values()]
-        rows.append(f"| {name} | {r.k}/{r.n} | {r.value:.3f} | " + " | ".join(cells) + " |" if r.n
+        cells = [f"{s[name].rate:.3f}" if name in s and s[name].den else "–" for s in sims.values()]
+        rows.append(f"| {name} | {r.num}/{r.den} | {r.rate:.3f} | " + " | ".join(cells) + " |" if r.den
                     else f"| {name} | 0/0 | – | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -948,8 +941,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--llm", default="local", help="backend spec for --collect (see dear.llm.registry)")
     ap.add_argument("--task", default="gsm8k")
     ap.add_argument("--split", default="test")
-    ap.add_argument("--rounds", type=int, default=1, help="exchange rounds for --collect")
-    ap.add_argument("--agents", type=int, default=3)
+    ap.add_argument("--n-rounds", type=int, default=1, help="exchange rounds for --collect")
+    ap.add_argument("--n-agents", type=int, default=3)
+    add_renamed_flags(ap, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     ap.add_argument("--max-tokens", type=int, default=384)
     ap.add_argument("--mask-p", type=float, default=0.5)
     ap.add_argument("--t-min", type=float, default=0.1)
@@ -965,8 +959,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.collect < 1:
             ap.error("--collect N needs N >= 1")
         traces = args.traces or f"results/sim_fit/traces_real_{args.llm.replace(':', '_').replace('/', '_')}.jsonl"
-        collect(args.collect, args.llm, traces, args.rounds, args.max_tokens, args.seed, args.mask_p,
-                args.t_min, args.t_max, args.agents, args.task, args.split, args.parallel,
+        collect(args.collect, args.llm, traces, args.n_rounds, args.max_tokens, args.seed, args.mask_p,
+                args.t_min, args.t_max, args.n_agents, args.task, args.split, args.parallel,
                 args.chunk)
         if not args.fit:
             return 0
@@ -980,4 +974,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_cli(main, "python -m eval.fit_sim")

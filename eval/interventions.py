@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dear import metrics
+from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.interventions import (
     InterventionConfig,
@@ -285,8 +286,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_cli(main, "python -m eval.interventions")

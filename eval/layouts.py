@@ -19,7 +19,6 @@ import csv
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -28,13 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from dear import tasks
+from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import FixedMaskProtocol, MADProtocol, Protocol
 from dear.debate.trace import DebateTrace
+from dear.deprecation import add_renamed_flags
 from dear.llm.base import Backend
 from dear.llm.registry import make_backend
-from dear.metrics import paired_bootstrap_diff, bootstrap_ci, round_scores, transitions
+from dear.metrics import bootstrap_ci, paired_bootstrap_diff, round_scores, transitions
 from dear.tasks.types import Question
 from eval.settings_guard import guard_settings
 
@@ -318,7 +319,7 @@ def _verdict(rows: dict[str, ArmRow], chunks: Sequence[int], n_boot: int) -> str
 
 def _cli_args(s: Settings) -> list[str]:
     return [f"--task {s.task}", f"--split {s.split}", f"--data-seed {s.data_seed}", f"--seed {s.seed}",
-            f"--llm {s.llm}", f"--agents {s.n_agents}", f"--rounds {s.n_rounds}", f"--max-tokens {s.max_tokens}",
+            f"--llm {s.llm}", f"--n-agents {s.n_agents}", f"--n-rounds {s.n_rounds}", f"--max-tokens {s.max_tokens}",
             f"--n-ctx {s.n_ctx}", f"--parallel {s.parallel}", f"--chunk {s.chunk}", "--n N", "--out DIR"]
 
 
@@ -332,8 +333,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-seed", type=int, default=13)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--llm", default="local")
-    p.add_argument("--agents", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--n-agents", type=int, default=3)
+    p.add_argument("--n-rounds", type=int, default=2)
+    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=384)
     p.add_argument("--n-ctx", type=int, default=3072, help="llama.cpp context per slot")
     p.add_argument("--parallel", type=int, default=6, help="llama.cpp slots (>= chunk x agents keeps sessions on slots)")
@@ -348,11 +350,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def settings_from_args(a: argparse.Namespace) -> Settings:
-    for flag in ("n", "agents", "max_tokens", "n_ctx", "parallel", "chunk"):
+    for flag in ("n", "n_agents", "max_tokens", "n_ctx", "parallel", "chunk"):
         if getattr(a, flag) < 1:
             raise SystemExit(f"python -m eval.layouts: error: --{flag.replace('_', '-')} must be >= 1")
     return Settings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm,
-                    n_agents=a.agents, n_rounds=a.rounds, max_tokens=a.max_tokens, n_ctx=a.n_ctx,
+                    n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, n_ctx=a.n_ctx,
                     parallel=a.parallel, chunk=a.chunk, temperature=a.temperature, top_p=a.top_p)
 
 
@@ -394,4 +396,4 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m eval.layouts")

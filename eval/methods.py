@@ -243,7 +243,7 @@ def check_compatible(ckpt: Checkpoint, n_agents: int | None, temperature_range: 
     cfg = ckpt.policy_config
     if n_agents is not None and n_agents != cfg.n_agents:
         raise ValueError(
-            f"checkpoint {ckpt.path} was trained for V={cfg.n_agents} agents but --agents={n_agents}; "
+            f"checkpoint {ckpt.path} was trained for V={cfg.n_agents} agents but --n-agents={n_agents}; "
             f"the selection/behavior networks' sizes depend on V"
         )
     for name, what, want, have in (("--temperature-range", "temperature range", temperature_range, cfg.temperature_range),

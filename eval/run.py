@@ -31,10 +31,12 @@ from typing import Any
 from tqdm import tqdm
 
 from dear import tasks
+from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
+from dear.deprecation import add_renamed_flags, rename_keys
 from dear.export import choose_encoder
 from dear.integrity import read_json
 from dear.llm.base import Backend
@@ -46,10 +48,11 @@ log = logging.getLogger("eval")
 
 # Settings that must not change inside one results directory (they change the questions or the answers).
 # `--n` may change: a subset is the first n of a seeded shuffle, so a larger n extends a smaller one.
-_FIXED_SETTINGS = ("llm", "seed", "agents", "rounds", "max_tokens", "temperature", "top_p", "sc_samples",
+_FIXED_SETTINGS = ("llm", "seed", "n_agents", "n_rounds", "max_tokens", "temperature", "top_p", "sc_samples",
                    "checkpoint", "encoder", "backend_options", "checkpoint_sha256", "layout", "policy_sampling")
 LAYOUTS = ("multiturn", "single")
 POLICY_SAMPLING = ("deterministic", "sampled")
+_RENAMED_SETTINGS = {"agents": "n_agents", "rounds": "n_rounds"}
 ROUND0 = "round0"  # the pseudo-method name of the shared round 0 in timings and failure lists
 
 
@@ -60,8 +63,8 @@ class EvalSettings:
     n: int | None
     llm: str
     seed: int
-    agents: int
-    rounds: int
+    n_agents: int
+    n_rounds: int
     max_tokens: int
     temperature: float
     top_p: float
@@ -90,16 +93,6 @@ def _range(text: str | None, flag: str) -> tuple[float, float] | None:
     return lo, hi
 
 
-def _temperature_range(a: argparse.Namespace) -> str | None:
-    """--temperature-range, or its old name --temp-range (accepted with a deprecation message)."""
-    if a.old_temp_range is None:
-        return a.temperature_range
-    if a.temperature_range is not None:
-        raise ValueError("--temp-range is the old name of --temperature-range; give only --temperature-range")
-    print("warning: --temp-range is deprecated; use --temperature-range", file=sys.stderr)
-    return a.old_temp_range
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,8 +103,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--methods", default="all", help=f"comma-separated, or all: {','.join(M.METHODS)}")
     p.add_argument("--seed", type=int, default=0, help="question subset, sampling seeds, tie-breaks, bootstrap")
     p.add_argument("--out", help="results directory (default results/eval-<benchmarks>-n<N>-s<seed>)")
-    p.add_argument("--agents", type=int, help="V (default: the checkpoint's, else 3)")
-    p.add_argument("--rounds", type=int, help="exchange rounds R (default: the checkpoint's, else 2)")
+    p.add_argument("--n-agents", type=int, help="V (default: the checkpoint's, else 3)")
+    p.add_argument("--n-rounds", type=int, help="exchange rounds R (default: the checkpoint's, else 2)")
+    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.7, help="round-0 and fixed sampling temperature")
     p.add_argument("--top-p", type=float, default=0.9)
@@ -120,7 +114,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-encoder-mismatch", action="store_true",
                    help="evaluate with an --encoder other than the one the policy was trained with")
     p.add_argument("--temperature-range", help="expected temperature range lo,hi; error if the checkpoint differs")
-    p.add_argument("--temp-range", dest="old_temp_range", help=argparse.SUPPRESS)  # old name (issue 16)
+    add_renamed_flags(p, {"--temp-range": "--temperature-range"})  # old name (issue 16)
     p.add_argument("--top-p-range", help="expected top-p range lo,hi; error if the checkpoint differs")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
     p.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
@@ -232,7 +226,8 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
             stored = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not valid JSON ({e}); repair it or use another --out") from None
-        old = stored.get("settings", {})
+        # run.json files written before issue 16 name V and R "agents" and "rounds"
+        old = rename_keys(stored.get("settings", {}), _RENAMED_SETTINGS, warn=False)
         missing = [k for k in _FIXED_SETTINGS if k not in old]
         if missing and not report_only:
             raise ValueError(f"{path} predates the settings {missing} (an older eval.run wrote it, without a "
@@ -262,12 +257,12 @@ class Evaluator:
         self._encoder = None
         self.model_id: str | None = backend.model_id if backend else None
         self.synthetic: bool | None = backend.synthetic if backend else None
-        self.base = DebateConfig(n_agents=settings.agents, n_rounds=settings.rounds,
+        self.base = DebateConfig(n_agents=settings.n_agents, n_rounds=settings.n_rounds,
                                  temperature0=settings.temperature, top_p0=settings.top_p,
                                  max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout)
         # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
         self._density: dict[str, list[float]] = {}  # benchmark -> the random mask's per-round pair probability
-        self.round0_width = max(settings.agents, settings.sc_samples if "sc" in settings.methods else 0)
+        self.round0_width = max(settings.n_agents, settings.sc_samples if "sc" in settings.methods else 0)
 
     # -- lazily built heavy parts
     def backend(self) -> Backend:
@@ -429,10 +424,10 @@ class Evaluator:
             raise ValueError(f"dear-random-mask matches DEAR's per-round read density on {benchmark}, but DEAR has "
                              f"no finished debates there: add dear to --methods or run it first")
         density = summarize([report.trace_to_record(t) for t in traces], n_boot=1).read_density
-        if len(density) < self.s.rounds or any(x != x for x in density[:self.s.rounds]):  # NaN: round not reached
-            raise ValueError(f"DEAR's traces on {benchmark} do not cover {self.s.rounds} exchange rounds "
+        if len(density) < self.s.n_rounds or any(x != x for x in density[:self.s.n_rounds]):  # NaN: round not reached
+            raise ValueError(f"DEAR's traces on {benchmark} do not cover {self.s.n_rounds} exchange rounds "
                              f"(read density {density})")
-        self._density[benchmark] = density[:self.s.rounds]
+        self._density[benchmark] = density[:self.s.n_rounds]
         path = Path(self.s.out) / "run.json"
         run_json = read_json(path, "run settings") if path.exists() else {}
         run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
@@ -513,7 +508,7 @@ class Evaluator:
             "seed": f"{self.s.seed} (question subset, sampling seeds, tie-breaks, bootstrap)",
             "n": ", ".join(f"{b}: {reported[b]}" + (f" of {requested[b]} requested" if reported[b] != requested[b]
                                                     else "") for b in self.s.benchmarks),
-            "debate": (f"V={self.s.agents} agents, R={self.s.rounds} exchange rounds, round-0/fixed sampling "
+            "debate": (f"V={self.s.n_agents} agents, R={self.s.n_rounds} exchange rounds, round-0/fixed sampling "
                        f"T={self.s.temperature}, top-p={self.s.top_p}, max_tokens={self.s.max_tokens}, "
                        f"self-consistency samples={self.s.sc_samples}, exchange layout {self.s.layout}, "
                        f"{self.s.n_boot} bootstrap resamples"),
@@ -608,10 +603,10 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         raise ValueError(f"--n must be >= 0, got {a.n}")
     if a.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {a.batch}")
-    agents = a.agents or (ckpt.policy_config.n_agents if ckpt else 3)
-    rounds = a.rounds if a.rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
+    n_agents = a.n_agents or (ckpt.policy_config.n_agents if ckpt else 3)
+    n_rounds = a.n_rounds if a.n_rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
     if ckpt is not None:
-        M.check_compatible(ckpt, agents, _range(_temperature_range(a), "--temperature-range"),
+        M.check_compatible(ckpt, n_agents, _range(a.temperature_range, "--temperature-range"),
                            _range(a.top_p_range, "--top-p-range"))
     out = a.out or f"results/eval-{'-'.join(benchmarks)}-n{a.n}-s{a.seed}"
     opts: dict[str, Any] = {}
@@ -621,9 +616,9 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         opts["n_ctx"] = a.n_ctx
     layout = a.layout or DebateConfig.layout
     return EvalSettings(
-        benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, agents=agents,
-        rounds=rounds, max_tokens=a.max_tokens, temperature=a.temperature, top_p=a.top_p,
-        sc_samples=a.sc_samples or agents * (rounds + 1), checkpoint=str(Path(a.checkpoint).resolve()) if ckpt else None,
+        benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, n_agents=n_agents,
+        n_rounds=n_rounds, max_tokens=a.max_tokens, temperature=a.temperature, top_p=a.top_p,
+        sc_samples=a.sc_samples or n_agents * (n_rounds + 1), checkpoint=str(Path(a.checkpoint).resolve()) if ckpt else None,
         encoder=choose_encoder(ckpt.encoder, a.encoder, a.allow_encoder_mismatch) if ckpt else a.encoder,
         out=out, batch=a.batch,
         cache="" if a.no_cache else a.cache, n_boot=a.n_boot, progress=not a.no_progress, backend_options=opts,
@@ -671,11 +666,4 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except Round0Mismatch as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_cli(main, "python -m eval.run", codes={Round0Mismatch: 1})  # a changed round 0 is a failed check

@@ -133,7 +133,7 @@ def test_layout_is_recorded_and_used(tmp_path):
 def test_collects_with_the_real_smoke_model(tmp_path):
     out = tmp_path / "smoke"
     assert corpus.main(["--llm", "smoke", "--task", "gsm8k", "--layout", "single", "--out", str(out),
-                        "--n-logging", "1", "--n-mad", "1", "--rounds", "1", "--max-tokens", "32",
+                        "--n-logging", "1", "--n-mad", "1", "--n-rounds", "1", "--max-tokens", "32",
                         "--parallel", "3", "--n-ctx", "2048"]) == 0
     recs = read_corpus(out)
     assert sorted(r["kind"] for r in recs) == ["logging", "mad"]

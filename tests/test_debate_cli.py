@@ -12,8 +12,8 @@ from dear.debate.__main__ import main
 
 def test_cli_sim_mad_prints_results_and_writes_traces(tmp_path, capsys):
     out = tmp_path / "traces.jsonl"
-    code = main(["--task", "synthetic", "--n", "12", "--protocol", "mad", "--llm", "sim", "--agents", "3",
-                 "--rounds", "2", "--no-cache", "--out", str(out)])
+    code = main(["--task", "synthetic", "--n", "12", "--protocol", "mad", "--llm", "sim", "--n-agents", "3",
+                 "--n-rounds", "2", "--no-cache", "--out", str(out)])
     text = capsys.readouterr().out
     assert code == 0
     assert len(re.findall(r"^\[\d+/12\] ", text, re.MULTILINE)) == 12
@@ -60,7 +60,7 @@ def test_cli_user_errors_are_one_line_and_exit_2_traceback_only_with_v(capsys):
     assert len(err.strip().splitlines()) == 1
     assert main(["--task", "gpqa_x", "--llm", "sim", "-v"]) == 2
     assert "Traceback" in capsys.readouterr().err
-    assert main(["--task", "synthetic", "--llm", "sim,sim", "--agents", "3"]) == 2
+    assert main(["--task", "synthetic", "--llm", "sim,sim", "--n-agents", "3"]) == 2
     assert "--llm lists 2 specs" in capsys.readouterr().err
 
 

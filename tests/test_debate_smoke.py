@@ -48,8 +48,8 @@ def test_real_two_round_three_agent_debate(smoke_backend):
 def test_cli_runs_and_second_run_is_served_from_cache(tmp_path, capsys):
     from dear.debate.__main__ import main
 
-    argv = ["--task", "gsm8k", "--n", "1", "--protocol", "mad", "--llm", "smoke", "--agents", "2",
-            "--rounds", "1", "--max-tokens", "32", "--cache", str(tmp_path / "c.sqlite"),
+    argv = ["--task", "gsm8k", "--n", "1", "--protocol", "mad", "--llm", "smoke", "--n-agents", "2",
+            "--n-rounds", "1", "--max-tokens", "32", "--cache", str(tmp_path / "c.sqlite"),
             "--out", str(tmp_path / "t.jsonl")]
     main(argv)
     first = capsys.readouterr().out

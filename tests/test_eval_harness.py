@@ -368,7 +368,7 @@ def test_smoke_model_harness(tmp_path):
     out = tmp_path / "real"
     run = make_train_checkpoint(tmp_path / "run", llm_preset="smoke", encoder="minilm")
     a = ["--checkpoint", str(run), "--benchmarks", "gsm8k", "--n", "2", "--llm", "smoke", "--methods",
-         "cot,majority,mad,mad-stop,dear,dear-random-mask", "--rounds", "1", "--max-tokens", "64",
+         "cot,majority,mad,mad-stop,dear,dear-random-mask", "--n-rounds", "1", "--max-tokens", "64",
          "--out", str(out), "--no-progress", "--n-boot", "200", "--batch", "2"]
     results = eval_run.main(a)
     assert {r.method for r in results} == {"cot", "majority", "mad", "mad-stop", "dear", "dear-random-mask"}

@@ -157,8 +157,8 @@ def test_bad_inputs(tmp_path, ckpt, capsys):
     (empty_run / "checkpoints").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="no finished checkpoint"):
         eval_run.main(_args(out, empty_run, methods="dear"))
-    with pytest.raises(ValueError, match="trained for V=3 agents but --agents=4"):
-        eval_run.main(_args(out, ckpt, "--agents", "4", methods="dear"))
+    with pytest.raises(ValueError, match="trained for V=3 agents but --n-agents=4"):
+        eval_run.main(_args(out, ckpt, "--n-agents", "4", methods="dear"))
     with pytest.raises(ValueError, match=r"temperature range \[0.1, 1.2\] but --temperature-range=\[0.2, 1.0\]"):
         eval_run.main(_args(out, ckpt, "--temperature-range", "0.2,1.0", methods="dear"))
     with pytest.raises(ValueError, match=r"--temperature-range=\[0.2, 1.0\]"):  # the old flag name still works
@@ -189,7 +189,7 @@ def test_real_model_two_questions(tmp_path):
     out = tmp_path / "real"
     ckpt = make_train_checkpoint(tmp_path / "run", llm_preset="smoke", encoder="minilm")
     results = eval_run.main(["--checkpoint", str(ckpt), "--benchmarks", "gsm8k", "--n", "2", "--llm", "smoke",
-                             "--methods", "cot,majority,mad,dear", "--rounds", "1", "--max-tokens", "96",
+                             "--methods", "cot,majority,mad,dear", "--n-rounds", "1", "--max-tokens", "96",
                              "--out", str(out), "--no-progress", "--n-boot", "200"])
     assert len(results) == 4
     md = (out / "summary.md").read_text()

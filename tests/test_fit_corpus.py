@@ -163,7 +163,7 @@ def test_pipeline_on_a_real_smoke_model_corpus(tmp_path):
     at this size; what is tested is that real traces flow through and unidentified parameters are reported)."""
     out = tmp_path / "smoke-corpus"
     corpus.main(["--llm", "smoke", "--task", "gsm8k", "--layout", "multiturn", "--out", str(out), "--n-logging", "5",
-                 "--n-mad", "2", "--rounds", "1", "--max-tokens", "32", "--parallel", "3", "--n-ctx", "2048"])
+                 "--n-mad", "2", "--n-rounds", "1", "--max-tokens", "32", "--parallel", "3", "--n-ctx", "2048"])
     result = fit_corpus.run(out, tmp_path / "fit", holdout=0.4, seed=0, sim_questions=20, command="test")
     assert result["n_train_debates"] == 3 and result["loglik_per_transition"]
     assert result["identification"]["not_identified"]  # 3 debates cannot identify 14 parameters

@@ -84,7 +84,7 @@ def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, 
     """The real parts: SmolLM2-135M through llama.cpp, one question as text, gold unknown."""
     out = tmp_path / "traces.jsonl"
     rc = main(["--policy", str(exported), "--llm", "smoke", "--question", "What is 12 + 30?", "--kind", "integer",
-               "--rounds", "1", "--max-tokens", "24", "--out", str(out)])
+               "--n-rounds", "1", "--max-tokens", "24", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "SYNTHETIC" in text and "round 1: answers" in text and "reads {" in text

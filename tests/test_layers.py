@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # package or module -> floor
 FLOORS = {
-    "dear.vote": 0, "dear.seeds": 0,
+    "dear.vote": 0, "dear.seeds": 0, "dear.synthetic_header": 0, "dear.deprecation": 0, "dear.cli": 0,
     "dear.llm": 1, "dear.tasks": 1, "dear.evidence": 1, "dear.belief": 1, "dear.metrics": 1, "dear.integrity": 1,
     "dear.debate": 2, "dear.policy": 2,
     "dear.regulator": 3, "dear.export": 3, "dear.infer": 3, "envs": 3,

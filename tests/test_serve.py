@@ -159,7 +159,7 @@ def check_debate(r, rounds: int = 2, n_agents: int = 3) -> dict:
 def test_health_models_and_a_round_trip(sim_server):
     health = httpx.get(f"{sim_server}/health").json()
     assert health["status"] == "ok" and health["backend"] == {"model_id": "sim-v1", "synthetic": True}
-    assert health["policy"]["trained_on_synthetic"] is True and health["policy"]["rounds"] == 2
+    assert health["policy"]["trained_on_synthetic"] is True and health["policy"]["n_rounds"] == 2
     c = client(sim_server)
     assert [m.id for m in c.models.list()] == ["dear", "dear:numeric", "dear:integer", "dear:math", "dear:choice"]
     q = synthetic_questions(1)[0]
@@ -371,7 +371,7 @@ def test_backend_unreachable_at_start_then_back(policy, tmp_path):
 def test_round_trip_on_the_smoke_model(policy, tmp_path):
     """SmolLM2-135M through llama.cpp (its answers are nonsense; the plumbing is what is checked)."""
     t0 = time.perf_counter()
-    with dear_server(policy, "smoke", tmp_path, "--rounds", "1", "--max-tokens", "32", "--kind", "integer",
+    with dear_server(policy, "smoke", tmp_path, "--n-rounds", "1", "--max-tokens", "32", "--kind", "integer",
                      "--max-active", "2") as base:  # 6 llama.cpp slots, not 16
         t_ready = time.perf_counter() - t0
         r = ask(client(base), "What is 12 + 30?", seed=3)

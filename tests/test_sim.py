@@ -32,18 +32,16 @@ def mad_records():
 
 
 # ---------------------------------------------------------------- header and task
-def test_header_round_trip_and_both_sides_agree():
+def test_header_round_trip_and_one_format_for_task_and_simulator():
     h = sim.SyntheticHeader("train-000017", 0.42, "731", ("118", "402", "655"))
     text = sim.format_header(h)
     assert text == "[synthetic id=train-000017 difficulty=0.42 answer=731 distractors=118,402,655]"
     assert sim.parse_header("prefix\n" + text + "\nA word problem.") == h
-    # the two floor-1 copies of the format are identical and interoperate
-    assert sim.HEADER_FORMAT == synthetic.HEADER_FORMAT
-    assert sim.HEADER_RE.pattern == synthetic.HEADER_RE.pattern
-    th = synthetic.SyntheticHeader(h.id, h.difficulty, h.answer, h.distractors)
-    assert synthetic.format_header(th) == text
-    assert synthetic.parse_header(text) == th
     assert sim.parse_header("no header here") is None
+    # the task writes and the simulator reads through the same floor-0 module
+    assert sim.parse_header is synthetic.parse_header and sim.format_header is synthetic.format_header
+    q = synthetic.load_synthetic(n=1, seed=0)[0]
+    assert sim.parse_header(q.question).answer == q.gold
 
 
 def test_synthetic_task_questions():
@@ -136,13 +134,13 @@ def test_reproducible_bit_for_bit():
 def test_mad_statistics_match_the_issue_scale(mad_records):
     s = compute_stats(mad_records)
     # the embedded model (issue 5): ~0.39 round-0 accuracy, 1/3 unanimous, C→I 3/28, I→C 10/44
-    assert 0.33 < s["round-0 accuracy"].value < 0.46
-    assert 0.25 < s["round-0 unanimous questions"].value < 0.42
-    assert 0.06 < s["C→I all"].value < 0.16
-    assert 0.15 < s["I→C all"].value < 0.30
+    assert 0.33 < s["round-0 accuracy"].rate < 0.46
+    assert 0.25 < s["round-0 unanimous questions"].rate < 0.42
+    assert 0.06 < s["C→I all"].rate < 0.16
+    assert 0.15 < s["I→C all"].rate < 0.30
     # blind conformity: a lone correct agent facing a wrong majority often flips; with agreeing peers it stays
-    assert s["C→I agree=0"].value > 0.3
-    assert s["C→I agree=2+"].value < 0.02
+    assert s["C→I agree=0"].rate > 0.3
+    assert s["C→I agree=2+"].rate < 0.02
 
 
 def test_move_probability_rises_with_disagreement_and_temperature():
@@ -267,7 +265,7 @@ def test_fit_recovers_known_parameters():
     real = compute_stats(records)
     fitted = compute_stats(simulate(SimBackend(p, seed=2), fit_sim.random_schedules(1200, seed=3), 1, seed=6))
     for key in ("round-0 accuracy", "C→I all", "I→C all"):
-        assert abs(real[key].value - fitted[key].value) < 0.05, key
+        assert abs(real[key].rate - fitted[key].rate) < 0.05, key
 
 
 def test_fit_script_end_to_end(tmp_path, capsys):
@@ -321,7 +319,7 @@ def test_engine_drives_sim_through_metadata(tmp_path):
     path = tmp_path / "traces.jsonl"
     write_jsonl([d.trace for d in debates], path)
     stats = compute_stats(fit_sim.read_traces(path))
-    assert stats["round-0 accuracy"].n == 120 and stats["C→I all"].n + stats["I→C all"].n == 240
+    assert stats["round-0 accuracy"].den == 120 and stats["C→I all"].den + stats["I→C all"].den == 240
 
 
 @pytest.mark.slow

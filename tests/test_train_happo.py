@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from train.checkpoint import latest_checkpoint
-from train.config import load_config
+from train.config import ConfigError, load_config
 from train.happo import Trainer, TrainingError, main
 
 SMALL = ["run.out_dir={out}", "logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
@@ -154,11 +154,19 @@ def test_ray_worker_restart_redoes_episodes(tmp_path):
 def test_ray_pool_with_a_shared_engine_matches_the_local_pool(tmp_path):
     """`llm.placement: engine`: the TrainConfig goes to the engine actor and each worker as is (no dict round
     trip); the workers built by train.build collect exactly what the in-process pool collects."""
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
+    cfg = _cfg(tmp_path, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1", "llm.placement=engine")
+    want, got = _local_and_ray_rollouts(cfg, lambda pool: len(pool.engines) == 1 and pool.synthetic)
+    _assert_same_rollouts(want, got)
+
+
+def _local_and_ray_rollouts(cfg, check_pool):
+    """The first iteration's chunks collected in-process and by a RayPool; `check_pool(pool)` must hold."""
+    import ray
+
     from train.build import make_policy
     from train.workers import LocalPool, RayPool, make_chunks
 
-    cfg = _cfg(tmp_path, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1", "llm.placement=engine")
     weights, chunks = make_policy(cfg).state_dict(), make_chunks(cfg, 0)
     local = LocalPool(cfg)
     try:
@@ -167,14 +175,54 @@ def test_ray_pool_with_a_shared_engine_matches_the_local_pool(tmp_path):
         local.close()
     pool = RayPool(cfg)
     try:
-        assert pool.engine is not None and pool.synthetic
+        assert check_pool(pool)
         got = pool.collect(weights, chunks)
     finally:
         pool.close()
         ray.shutdown()
+    return want, got
+
+
+def _assert_same_rollouts(want, got):
+    assert len(want.results) == len(got.results) > 0
     for a, b in zip(want.results, got.results):
         assert torch.equal(a.batch.rewards, b.batch.rewards) and torch.equal(a.batch.pairs, b.batch.pairs)
         assert [e.question_id for e in a.episodes] == [e.question_id for e in b.episodes]
+
+
+@pytest.mark.timeout(600)
+def test_ray_pool_places_one_engine_per_gpu_and_binds_workers_round_robin(tmp_path):
+    """`rollout.num_engines: 2`, `rollout.engine_num_gpus: 1` on a Ray node declaring 2 GPUs: Ray gives each
+    engine its own GPU (CUDA_VISIBLE_DEVICES "0" and "1"), worker i talks to engine i % 2, and the rollouts are
+    the in-process pool's. Ray's GPU bookkeeping is real; the GPUs are declared, since this machine has none."""
+    ray = pytest.importorskip("ray")
+    from train.workers import engine_num_gpus
+
+    cfg = _cfg(tmp_path, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1", "rollout.engine_num_cpus=0.1",
+               "llm.placement=engine", "rollout.num_engines=2", "rollout.engine_num_gpus=1")
+    assert engine_num_gpus(cfg) == 1.0
+    assert engine_num_gpus(_cfg(tmp_path)) == 0.0  # sim backend, no setting: no GPU
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="warning")
+
+    def one_engine_per_gpu(pool) -> bool:
+        devices = [i["cuda_visible_devices"] for i in pool.engine_info]
+        bound = [ray.get(w.engine.remote())["cuda_visible_devices"] for w in pool.workers]
+        return sorted(devices) == ["0", "1"] and bound == devices  # worker i -> engine i % 2
+
+    want, got = _local_and_ray_rollouts(cfg, one_engine_per_gpu)
+    _assert_same_rollouts(want, got)
+
+
+def test_engine_gpus_default_to_vllm_tensor_parallel_size(tmp_path):
+    from train.workers import engine_num_gpus
+
+    assert engine_num_gpus(_cfg(tmp_path, "llm.spec=vllm:Qwen/Qwen3-8B")) == 1.0
+    assert engine_num_gpus(_cfg(tmp_path, "llm.spec=vllm:Qwen/Qwen3-8B", "llm.options.tensor_parallel_size=4")) == 4.0
+    assert engine_num_gpus(_cfg(tmp_path, "llm.spec=vllm:Qwen/Qwen3-8B", "rollout.engine_num_gpus=0.5")) == 0.5
+    with pytest.raises(ConfigError, match="rollout.num_engines"):
+        _cfg(tmp_path, "rollout.num_engines=0")
+    with pytest.raises(ConfigError, match="rollout.engine_num_gpus"):
+        _cfg(tmp_path, "rollout.engine_num_gpus=-1")
 
 
 def test_wandb_offline_logs_the_same_scalars(tmp_path, monkeypatch):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +16,8 @@ from typing import Any, Literal
 import yaml
 
 from dear.debate.engine import sampling_range_errors
+from dear.deprecation import rename_keys
+from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -42,24 +43,16 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 
-def _warn_renamed(old: str, new: str, where: str) -> None:
-    warnings.warn(f"{where}config key '{old}' is deprecated; use '{new}'", FutureWarning, stacklevel=4)
-
-
 def rename_deprecated_keys(data: dict[str, Any], where: str = "") -> dict[str, Any]:
     """A copy of nested config `data` with every old key (RENAMED_KEYS) moved to its new name, warning once
     per key; giving both the old and the new name of a key is an error."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for old, new in RENAMED_KEYS.items():
-        (section, old_name), (_, new_name) = old.split("."), new.split(".")
-        node = out.get(section)
-        if not isinstance(node, dict) or old_name not in node:
-            continue
-        if new_name in node:
-            raise ConfigError(f"{where}keys '{old}' and '{new}' are the same setting (the first is its old "
-                              f"name); keep only '{new}'")
-        _warn_renamed(old, new, where)
-        node[new_name] = node.pop(old_name)
+    out = dict(data)
+    for section in sorted({old.split(".")[0] for old in RENAMED_KEYS}):
+        if isinstance(out.get(section), dict):
+            renamed = {old.split(".")[1]: new.split(".")[1] for old, new in RENAMED_KEYS.items()
+                       if old.startswith(section + ".")}
+            out[section] = rename_keys(out[section], renamed, where, prefix=section + ".", label="config key",
+                                       error=ConfigError)
     return out
 
 
@@ -109,8 +102,8 @@ class EnvSection:
     n_questions: int | None = None  # seeded subset of the split; None = all
     n_agents: int = 3  # V, debating agents
     n_rounds: int = 2  # R exchange rounds after round 0 (= env steps per episode)
-    temperature_range: tuple[float, float] = (0.1, 1.2)  # behavior policy: temperatures it can choose
-    top_p_range: tuple[float, float] = (0.5, 1.0)  # behavior policy: top-p values it can choose
+    temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE  # behavior policy: temperatures it can choose
+    top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE  # behavior policy: top-p values it can choose
     token_cost: float = 0.01  # lambda_tok: reward penalty per 1,000 tokens
     fusion: Literal["dst", "mean"] = "dst"  # peer-opinion fusion: Dempster-Shafer or the mean ablation
     encoder: str | None = None  # None = the env's default for the backend (minilm real, hashing sim)
@@ -123,7 +116,9 @@ class RolloutConfig:
     envs_per_worker: int = 4  # sub-debates per vector env (batched into one backend call per round)
     episodes_per_iter: int = 16  # debates per HAPPO iteration (over all workers)
     worker_num_cpus: float = 0.5  # Ray scheduling share of a rollout actor
-    engine_num_cpus: float = 0.5  # Ray scheduling share of the shared LLM engine actor
+    engine_num_cpus: float = 0.5  # Ray scheduling share of each LLM engine actor
+    num_engines: int = 1  # LLM engine actors (llm.placement engine); rollout worker i uses engine i % num_engines
+    engine_num_gpus: float | None = None  # GPUs per engine actor; None = vLLM's tensor_parallel_size, else 0
     max_worker_restarts: int = 3  # per worker per run before giving up
 
 
@@ -199,6 +194,9 @@ class TrainConfig:
             need(False, f"env.{field_name}", problem)
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
+        need(self.rollout.num_engines >= 1, "rollout.num_engines", "must be >= 1")
+        need(self.rollout.engine_num_gpus is None or self.rollout.engine_num_gpus >= 0,
+             "rollout.engine_num_gpus", "must be >= 0 (or null: vLLM's tensor_parallel_size, else 0)")
         need(self.rollout.episodes_per_iter >= 1, "rollout.episodes_per_iter", "must be >= 1")
         # An iteration runs whole vector-env batches (chunks) of envs_per_worker debates each.
         need(self.rollout.episodes_per_iter % self.rollout.envs_per_worker == 0, "rollout.episodes_per_iter",
@@ -360,8 +358,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     key = key.strip()
     if key in RENAMED_KEYS:
-        _warn_renamed(key, RENAMED_KEYS[key], "command line: ")
-        key = RENAMED_KEYS[key]
+        key = next(iter(rename_keys({key: None}, RENAMED_KEYS, "command line: ", label="config key")))
     return key.split("."), yaml.safe_load(raw) if raw.strip() else None
 
 

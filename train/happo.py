@@ -27,7 +27,6 @@ finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial
 from __future__ import annotations
 
 import argparse
-import traceback
 import copy
 import dataclasses
 import json
@@ -36,6 +35,7 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +45,7 @@ import numpy as np
 import torch
 import yaml
 
+from dear.cli import run as run_cli
 from dear.integrity import IntegrityError, atomic_write_text
 from dear.llm.base import BackendError
 from dear.policy import Critic, JointPolicy
@@ -52,17 +53,17 @@ from dear.regulator import state_dim
 from dear.seeds import derive_seed
 from train.algorithm import HAPPO
 from train.buffer import RolloutBatch
+from train.build import make_policy
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
 from train.config import (
     ConfigError,
     TrainConfig,
     apply_overrides,
     config_from_dict,
-    rename_deprecated_keys,
     help_epilog,
     load_config,
+    rename_deprecated_keys,
 )
-from train.build import make_policy
 from train.logger import RunLogger, read_metrics
 from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
 from train.workers import (
@@ -476,4 +477,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m train.happo")

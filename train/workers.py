@@ -185,11 +185,16 @@ class RolloutWorker:
         self.index = worker_index
         self.policy = make_policy(self.cfg)
         backend = RemoteBackend(engine) if engine is not None else make_local_backend(self.cfg)
+        self.engine_info = backend.info if isinstance(backend, RemoteBackend) else None
         self.backend = TimedBackend(backend)
         self.venv = make_vector_env(self.cfg, self.backend)
 
     def pid(self) -> int:
         return os.getpid()
+
+    def engine(self) -> dict[str, Any] | None:
+        """The info of the LLM engine actor this worker sends its requests to (None: an in-worker backend)."""
+        return self.engine_info
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.policy.load_state_dict(weights)
@@ -212,7 +217,8 @@ class LLMEngine:
 
     def info(self) -> dict[str, Any]:
         b = self.backend
-        return {"model_id": b.model_id, "synthetic": bool(b.synthetic), "context_length": b.context_length}
+        return {"model_id": b.model_id, "synthetic": bool(b.synthetic), "context_length": b.context_length,
+                "node": os.uname().nodename, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         return self.backend.generate(requests)
@@ -232,7 +238,7 @@ class RemoteBackend(Backend):
 
         self._ray = ray
         self.engine = engine
-        info = ray.get(engine.info.remote())
+        self.info = info = ray.get(engine.info.remote())
         self.model_id, self.synthetic, self.context_length = info["model_id"], info["synthetic"], info["context_length"]
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
@@ -297,8 +303,21 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                  configure_logging=True, logging_level="warning")
 
 
+def engine_num_gpus(cfg: TrainConfig) -> float:
+    """GPUs each LLM engine actor asks Ray for: `rollout.engine_num_gpus`, or by default the vLLM backend's
+    tensor-parallel size (`llm.options.tensor_parallel_size`, default 1) and 0 for every other backend."""
+    if cfg.rollout.engine_num_gpus is not None:
+        return float(cfg.rollout.engine_num_gpus)
+    if cfg.llm.backend_spec().startswith("vllm:"):
+        return float(cfg.llm.options.get("tensor_parallel_size", 1))
+    return 0.0
+
+
 class RayPool:
-    """Rollout workers as Ray actors (each with its vector env) + a shared LLM engine actor.
+    """Rollout workers as Ray actors (each with its vector env) + `rollout.num_engines` LLM engine actors.
+
+    Worker i sends its requests to engine i % num_engines; each engine asks Ray for `engine_num_gpus(cfg)` GPUs,
+    so on a GPU cluster Ray places one engine per GPU (group).
 
     A worker that dies is killed for good and recreated; its chunks are redone with the same seeds (so the
     results are unchanged) and counted in `worker_restarts` / `episodes_redone`.
@@ -313,14 +332,17 @@ class RayPool:
         placement = cfg.llm.placement
         if placement == "auto":
             placement = "in_worker" if cfg.llm.synthetic else "engine"
-        self.engine = None
+        self.engines: list = []
         if placement == "engine":
+            gpus = engine_num_gpus(cfg)
+            # With GPUs, Ray places each engine on its own GPU (group) and sets its CUDA_VISIBLE_DEVICES.
             engine_cls = ray.remote(LLMEngine).options(
-                num_cpus=cfg.rollout.engine_num_cpus, max_concurrency=max(2, 2 * cfg.rollout.num_workers),
-                name=None)
-            self.engine = engine_cls.remote(cfg)
-            info = ray.get(self.engine.info.remote())  # surfaces engine start-up errors here
-            self.synthetic = bool(info["synthetic"])
+                num_cpus=cfg.rollout.engine_num_cpus, num_gpus=gpus,
+                max_concurrency=max(2, 2 * math.ceil(cfg.rollout.num_workers / cfg.rollout.num_engines)))
+            self.engines = [engine_cls.remote(cfg) for _ in range(cfg.rollout.num_engines)]
+            infos = ray.get([e.info.remote() for e in self.engines])  # surfaces engine start-up errors here
+            self.engine_info = infos
+            self.synthetic = bool(infos[0]["synthetic"])
         else:
             self.synthetic = cfg.llm.synthetic
         self._worker_cls = ray.remote(RolloutWorker).options(num_cpus=cfg.rollout.worker_num_cpus, max_restarts=0)
@@ -329,7 +351,9 @@ class RayPool:
         self.total_restarts = 0
 
     def _spawn(self, index: int):
-        return self._worker_cls.remote(self.cfg, index, self.engine)
+        """Worker `index` talks to engine `index % num_engines` (no engine: it builds its own backend)."""
+        engine = self.engines[index % len(self.engines)] if self.engines else None
+        return self._worker_cls.remote(self.cfg, index, engine)
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
                 on_chunk: Callable[[int, int], None] | None = None,
@@ -387,12 +411,12 @@ class RayPool:
                 self.ray.kill(w)
             except Exception:
                 pass
-        if self.engine is not None:
+        for engine in self.engines:
             try:
-                self.ray.get(self.engine.close.remote(), timeout=30)
+                self.ray.get(engine.close.remote(), timeout=30)
             except Exception:
                 pass
-            self.ray.kill(self.engine)
+            self.ray.kill(engine)
 
 
 def make_pool(cfg: TrainConfig, address: str | None = None):

@@ -10,17 +10,19 @@ import argparse
 import dataclasses
 import logging
 import sys
-import traceback
 import time
+import traceback
 from pathlib import Path
 
 from tqdm import tqdm
 
 from dear import tasks
+from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import PROTOCOLS, make_protocol
 from dear.debate.trace import write_jsonl
+from dear.deprecation import add_renamed_flags
 from dear.integrity import check_output_file
 from dear.llm.base import Backend, BackendError
 from dear.llm.cache import CachedBackend
@@ -39,8 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--llm", default="local",
                    help="backend spec (local | local:/path.gguf | smoke | openai:URL[#model] | vllm:MODEL | sim); "
                         "a comma-separated list gives one spec per agent (heterogeneous debate)")
-    p.add_argument("--agents", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2, help="exchange rounds after round 0")
+    p.add_argument("--n-agents", type=int, default=3)
+    p.add_argument("--n-rounds", type=int, default=2, help="exchange rounds after round 0")
+    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.9)
@@ -61,8 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_backends(args: argparse.Namespace, n_requests: int) -> tuple[dict[str, Backend], tuple[str, ...] | None]:
     specs = [s.strip() for s in args.llm.split(",") if s.strip()]
-    if len(specs) > 1 and len(specs) != args.agents:
-        raise ValueError(f"--llm lists {len(specs)} specs but --agents is {args.agents}")
+    if len(specs) > 1 and len(specs) != args.n_agents:
+        raise ValueError(f"--llm lists {len(specs)} specs but --n-agents is {args.n_agents}")
     backends: dict[str, Backend] = {}
     for spec in dict.fromkeys(specs):
         kwargs = {}
@@ -83,11 +86,11 @@ def _setup(args: argparse.Namespace):
     if args.out:
         check_output_file(args.out, "--out")  # before any debate runs, not after
     questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
-    config = DebateConfig(n_agents=args.agents, n_rounds=args.rounds, temperature0=args.temperature,
+    config = DebateConfig(n_agents=args.n_agents, n_rounds=args.n_rounds, temperature0=args.temperature,
                           top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed, layout=args.layout)
     protocol = make_protocol(args.protocol, config)
     t_load = time.perf_counter()
-    backends, agent_backends = build_backends(args, len(questions) * args.agents)
+    backends, agent_backends = build_backends(args, len(questions) * args.n_agents)
     if agent_backends:
         config = dataclasses.replace(config, agent_backends=agent_backends)
     return questions, config, protocol, backends, time.perf_counter() - t_load
@@ -110,7 +113,7 @@ def main(argv=None) -> int:
         return 2
     engine = DebateEngine(backends, config)
 
-    print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.agents}, "
+    print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.n_agents}, "
           f"rounds={protocol.n_rounds}, llm={args.llm} ({', '.join(sorted(set(engine.model_ids)))})", flush=True)
     t0 = time.perf_counter()
     with tqdm(total=protocol.n_rounds + 1, desc="rounds", unit="round", file=sys.stderr) as bar:
@@ -151,4 +154,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m dear.debate")

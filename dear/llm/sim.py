@@ -98,49 +98,13 @@ from typing import Any
 import numpy as np
 
 from dear.llm.base import Backend, ChatRequest, Completion
+from dear.synthetic_header import SyntheticHeader, format_header, parse_header  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
 SIM_MODEL_ID = "sim-v1"
 _FAIL_TAG = 0xFA11  # separates the failure draw's seed from the answer draws' seed
 LOG_PREFIX = "[synthetic]"
-
-# ---------------------------------------------------------------- the question header (shared format)
-# Duplicated on purpose in dear/tasks/synthetic.py (floor-1 packages do not import each other);
-# tests/test_sim.py checks that both sides agree.
-HEADER_FORMAT = "[synthetic id={id} difficulty={difficulty:.2f} answer={answer} distractors={distractors}]"
-HEADER_RE = re.compile(
-    r"\[synthetic id=(?P<id>[^\s\]]+) difficulty=(?P<difficulty>[0-9]*\.?[0-9]+) "
-    r"answer=(?P<answer>-?\d+) distractors=(?P<distractors>-?\d+(?:,-?\d+)*)\]"
-)
-
-
-@dataclass(frozen=True)
-class SyntheticHeader:
-    id: str
-    difficulty: float  # in (0, 1); higher is harder
-    answer: str  # the gold integer, as text
-    distractors: tuple[str, ...]  # the shared wrong answers, most popular first
-
-
-def format_header(h: SyntheticHeader) -> str:
-    return HEADER_FORMAT.format(
-        id=h.id, difficulty=h.difficulty, answer=h.answer, distractors=",".join(h.distractors)
-    )
-
-
-def parse_header(text: str) -> SyntheticHeader | None:
-    """The header of a synthetic question found anywhere in `text` (first match), or None."""
-    m = HEADER_RE.search(text or "")
-    if m is None:
-        return None
-    return SyntheticHeader(
-        id=m["id"],
-        difficulty=float(m["difficulty"]),
-        answer=m["answer"],
-        distractors=tuple(m["distractors"].split(",")),
-    )
-
 
 # ---------------------------------------------------------------- parameters
 @dataclass

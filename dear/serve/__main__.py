@@ -11,6 +11,8 @@ from typing import Any
 import yaml
 
 from dear import tasks
+from dear.cli import run as run_cli
+from dear.deprecation import add_renamed_flags
 from dear.export import ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
@@ -38,7 +40,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--model-name", default="dear", help="the model name clients send (default dear)")
     p.add_argument("--kind", default="numeric", choices=tasks.KINDS,
                    help="answer kind when a request names none (default numeric)")
-    p.add_argument("--rounds", type=int, help="exchange rounds (default: the policy's training setting)")
+    p.add_argument("--n-rounds", type=int, help="exchange rounds (default: the policy's training setting)")
+    add_renamed_flags(p, {"--rounds": "--n-rounds"})  # old names (issue 16)
     p.add_argument("--max-tokens", type=int, default=512, help="completion tokens per agent turn")
     p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
     p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
@@ -87,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = backend_options(a, exported.n_agents)
 
     def build() -> RegulatedDebater:
-        return RegulatedDebater(exported, a.llm, rounds=a.rounds, max_tokens=a.max_tokens,
+        return RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens,
                                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, encoder=a.encoder,
                                 cache=a.cache, allow_encoder_mismatch=a.allow_encoder_mismatch, **options)
 
@@ -105,4 +108,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "python -m dear.serve")

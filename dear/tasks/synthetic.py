@@ -14,46 +14,14 @@ split and the generators differ). These questions are labelled synthetic: task "
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 
+from dear.synthetic_header import SyntheticHeader, format_header, parse_header  # noqa: F401 (re-exported)
 from dear.tasks.types import Question
 
 TASK_NAME = "synthetic"
 DEFAULT_N = {"train": 2000, "test": 500}
 _SPLIT_CODE = {"train": 1, "test": 2}
-
-# The header format; duplicated on purpose in dear/llm/sim.py (floor-1 packages do not import each other).
-# tests/test_sim.py checks that both sides agree.
-HEADER_FORMAT = "[synthetic id={id} difficulty={difficulty:.2f} answer={answer} distractors={distractors}]"
-HEADER_RE = re.compile(
-    r"\[synthetic id=(?P<id>[^\s\]]+) difficulty=(?P<difficulty>[0-9]*\.?[0-9]+) "
-    r"answer=(?P<answer>-?\d+) distractors=(?P<distractors>-?\d+(?:,-?\d+)*)\]"
-)
-
-
-@dataclass(frozen=True)
-class SyntheticHeader:
-    id: str
-    difficulty: float
-    answer: str
-    distractors: tuple[str, ...]
-
-
-def format_header(h: SyntheticHeader) -> str:
-    return HEADER_FORMAT.format(
-        id=h.id, difficulty=h.difficulty, answer=h.answer, distractors=",".join(h.distractors)
-    )
-
-
-def parse_header(text: str) -> SyntheticHeader | None:
-    m = HEADER_RE.search(text or "")
-    if m is None:
-        return None
-    return SyntheticHeader(m["id"], float(m["difficulty"]), m["answer"], tuple(m["distractors"].split(",")))
-
 
 _NAMES = ("A baker", "A farmer", "A librarian", "A courier", "A gardener", "A shopkeeper", "A teacher", "A pilot")
 _THINGS = ("crates", "boxes", "baskets", "shelves", "trays", "bags", "rows", "carts")

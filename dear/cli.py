@@ -1,0 +1,43 @@
+"""How every command-line entry point answers a user's mistake: one line naming what is wrong, exit code 2.
+
+The traceback appears only with -v/--verbose. `python -m X` modules end with
+``if __name__ == "__main__": run(main, "python -m X")``."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+
+# Mistakes a user makes on the command line or in a file they named: a bad value, a missing path.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, NotADirectoryError,
+                                                 IsADirectoryError)
+
+
+def wants_traceback(argv: Sequence[str]) -> bool:
+    return any(a in ("-v", "--verbose") for a in argv)
+
+
+def exit_code(main: Callable[[], object], prog: str, *,
+              errors: tuple[type[BaseException], ...] = USER_ERRORS,
+              codes: Mapping[type[BaseException], int] | None = None,
+              argv: Sequence[str] | None = None) -> int:
+    """Run `main()` and return its exit code (its int result, else 0); a user error prints ``prog: error: ...``
+    and gives 2.
+
+    `codes` maps other exception types to their own exit codes (checked first), e.g. a failed check = 1."""
+    argv = sys.argv[1:] if argv is None else argv
+    handled = {**{e: 2 for e in errors}, **dict(codes or {})}
+    try:
+        code = main()
+    except tuple(handled) as e:
+        if wants_traceback(argv):
+            traceback.print_exc()
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return next((c for t, c in (codes or {}).items() if isinstance(e, t)), 2)
+    return code if isinstance(code, int) else 0  # a main() may return its results: success
+
+
+def run(main: Callable[[], object], prog: str, **kwargs) -> None:
+    """`sys.exit(exit_code(main, prog, ...))`: the `__main__` block of every CLI."""
+    sys.exit(exit_code(main, prog, **kwargs))
