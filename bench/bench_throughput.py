@@ -3,7 +3,7 @@
     python bench/bench_throughput.py --llm local --questions 6 --parallel 9 --max-tokens 384
     python bench/bench_throughput.py --llm smoke --questions 3 --parallel 6 --max-tokens 48   # plumbing
 
-Three passes over the same GSM8K questions, V agents, R exchange rounds (MAD), each on the same backend:
+Passes over the same GSM8K questions, V agents, R exchange rounds (MAD), each on a fresh backend of one spec:
 
 1. raw: every call the debates will make, as independent round-0 requests (one per question, agent and round,
    each with its own seed) in one batch call that keeps all `--parallel` slots busy: the backend's batched
@@ -12,6 +12,9 @@ Three passes over the same GSM8K questions, V agents, R exchange rounds (MAD), e
    a time), what the project did before the multi-turn layout;
 3. after: the multi-turn layout with each debate at its own pace (`DebateEngine.run_concurrent`), every agent
    kept on one KV-cache slot.
+
+4. with `--speculative TYPE`: pass 3 again on a backend with llama.cpp's draftless speculative decoding (the same
+   answer distribution; drafts from n-grams already in each slot's context), with its draft acceptance.
 
 It prints completion tokens per second of each and the ratios before/raw and after/raw (target: after >= 0.8),
 with the prompt tokens the server computed vs reused. Results also go to --out as JSON.
@@ -32,6 +35,7 @@ from dear import tasks  # noqa: E402
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts  # noqa: E402
 from dear.deprecation import add_renamed_flags  # noqa: E402
 from dear.llm.base import Backend, ChatRequest  # noqa: E402
+from dear.llm.local import SPECULATIVE_TYPES  # noqa: E402
 from dear.llm.registry import make_backend  # noqa: E402
 
 
@@ -94,20 +98,30 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=384)
     p.add_argument("--n-ctx", type=int, default=3072)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--speculative", choices=SPECULATIVE_TYPES, help="add pass 4 with this speculative decoding")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     in_flight = a.in_flight or max(1, a.parallel // a.n_agents)
     questions = tasks.load("gsm8k", split="train", n=a.questions, seed=a.data_seed)
     kwargs = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
     base = DebateConfig(n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, seed=a.seed)
-    with make_backend(a.llm, **kwargs) as backend:
-        passes = [
-            raw_pass(backend, questions, base),
-            debate_pass("before: single layout, lockstep rounds", backend, questions,
-                        replace(base, layout="single"), in_flight, concurrent=False),
-            debate_pass("after: multiturn layout, concurrent debates", backend, questions,
-                        replace(base, layout="multiturn"), in_flight, concurrent=True),
-        ]
+    after = replace(base, layout="multiturn")
+    runs = [  # (pass, backend options); each pass on a fresh backend, so no pass starts with another's KV cache
+        (lambda b: raw_pass(b, questions, base), {}),
+        (lambda b: debate_pass("before: single layout, lockstep rounds", b, questions, replace(base, layout="single"),
+                               in_flight, concurrent=False), {}),
+        (lambda b: debate_pass("after: multiturn layout, concurrent debates", b, questions, after, in_flight,
+                               concurrent=True), {}),
+    ]
+    if a.speculative:
+        runs.append((lambda b: debate_pass(f"after + speculative {a.speculative}", b, questions, after, in_flight,
+                                           concurrent=True), {"speculative": a.speculative}))
+    passes, drafts = [], None
+    for run, options in runs:
+        with make_backend(a.llm, **kwargs, **options) as backend:
+            passes.append(run(backend))
+            if options.get("speculative"):
+                drafts = backend.draft_stats
     raw = passes[0].tokens_per_s
     print(f"{a.llm}: {a.questions} GSM8K questions, V={a.n_agents}, R={a.n_rounds}, {a.max_tokens} max tokens, "
           f"{a.parallel} slots, {in_flight} debates in flight, seed {a.seed}")
@@ -117,11 +131,16 @@ def main(argv=None) -> int:
         print(f"{ps.name:46s} {ps.calls:5d} {ps.wall_s:7.1f} {ps.completion_tokens:9d} {ps.tokens_per_s:6.1f} "
               f"{ps.tokens_per_s / raw if raw else 0:6.2f} "
               f"{ps.prompt_tokens - ps.reused_prompt_tokens:>11d}/{ps.reused_prompt_tokens:<11d} {ps.errors:6d}")
+    if drafts is not None:
+        print(f"speculative {a.speculative}: {drafts.accepted} of {drafts.drafted} draft tokens accepted "
+              f"({drafts.acceptance:.2f})")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "passes": [
             asdict(ps) | {"tokens_per_s": ps.tokens_per_s, "ratio_to_raw": ps.tokens_per_s / raw if raw else None}
-            for ps in passes]}, indent=2) + "\n")
+            for ps in passes], "draft_tokens": None if drafts is None else {
+                "drafted": drafts.drafted, "accepted": drafts.accepted}},
+            indent=2) + "\n")
     return 1 if any(ps.errors for ps in passes) else 0
 
 

@@ -53,6 +53,7 @@ from dear.debate.protocols import MADProtocol
 from dear.debate.trace import DebateTrace
 from dear.deprecation import add_renamed_flags
 from dear.llm.base import Backend
+from dear.llm.local import SPECULATIVE_TYPES
 from dear.llm.registry import make_backend
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE  # the ranges training uses
 from dear.tasks.loaders import subset
@@ -376,6 +377,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mad-top-p", type=float, default=0.9)
     p.add_argument("--parallel", type=int, default=6, help="llama.cpp slots (local/smoke backends)")
     p.add_argument("--n-ctx", type=int, default=3072, help="llama.cpp context per slot (local/smoke backends)")
+    p.add_argument("--speculative", choices=SPECULATIVE_TYPES,
+                   help="llama.cpp draftless speculative decoding (local/smoke): the same answers, faster when "
+                        "replies repeat their context (a speed setting: not part of the guarded settings)")
     p.add_argument("--max-in-flight", type=int, help="debates at once (default: parallel // agents, >= 1)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -414,6 +418,8 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
     own = backend is None
     if own:
         kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if s.llm.split(":")[0] in ("local", "smoke") else {}
+        if a.speculative:
+            kw["speculative"] = a.speculative
         backend = make_backend(s.llm, **kw)
     in_flight = a.max_in_flight or max(1, a.parallel // s.n_agents)
     try:

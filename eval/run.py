@@ -40,6 +40,7 @@ from dear.deprecation import add_renamed_flags, rename_keys
 from dear.export import choose_encoder
 from dear.integrity import read_json
 from dear.llm.base import Backend
+from dear.llm.local import SPECULATIVE_TYPES
 from dear.tasks.types import Question
 from eval import methods as M
 from eval import plots, report
@@ -124,6 +125,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke backends)")
     p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke backends)")
+    p.add_argument("--speculative", choices=SPECULATIVE_TYPES,
+                   help="llama.cpp draftless speculative decoding (local/smoke): the same answers, faster when "
+                        "replies repeat their context")
     p.add_argument("--layout", choices=LAYOUTS,
                    help="exchange-prompt layout of the debate engine (default: the engine's default)")
     p.add_argument("--policy-sampling", choices=POLICY_SAMPLING, default="deterministic",
@@ -614,6 +618,8 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         opts["n_parallel"] = a.parallel
     if a.n_ctx:
         opts["n_ctx"] = a.n_ctx
+    if a.speculative:
+        opts["speculative"] = a.speculative
     layout = a.layout or DebateConfig.layout
     return EvalSettings(
         benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, n_agents=n_agents,

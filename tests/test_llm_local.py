@@ -89,3 +89,31 @@ def test_build_and_close_at_once_does_not_hang():
     pytest.importorskip("xllamacpp")
     for _ in range(3):
         make_backend("smoke", n_parallel=1, n_ctx=128, n_threads=THREADS).close()
+
+
+def test_speculative_decoding_keeps_the_answers_and_drafts_from_the_context():
+    """Draftless speculation (ngram-simple) on the real smoke GGUF: a reply that copies its prompt is drafted
+    from it and accepted, and greedy replies are the ones decoding without it gives (each position is still the
+    model's own choice). Sampled replies are only checked to work: batching draft tokens changes the logits in
+    the last bits, which can flip a sampled token."""
+    pytest.importorskip("xllamacpp")
+    text = ("The farmer counts 17 apples, 23 pears and 41 plums, then sells half of the apples and a third of "
+            "the plums at the market near the river. ") * 3
+    asks = ("Copy this text exactly:\n", "Repeat the following, word for word:\n", "Write this out again:\n")
+    requests = [ChatRequest((ChatMessage("user", ask + text),), temperature=0.0, seed=11, max_tokens=96)
+                for ask in asks]
+    requests.append(ChatRequest((ChatMessage("user", asks[0] + text),), temperature=0.8, seed=5, max_tokens=64))
+    texts = {}
+    for kind in (None, "ngram-simple"):
+        backend = make_backend("smoke", n_parallel=3, n_ctx=1024, n_threads=THREADS, speculative=kind)
+        try:
+            out = backend.generate(requests)
+            assert all(c.ok for c in out), [c.error for c in out]
+            texts[kind] = [c.text for c in out[:3]]
+            stats = backend.draft_stats
+        finally:
+            backend.close()
+    assert texts["ngram-simple"] == texts[None]
+    assert stats.drafted > 0 and 0 < stats.accepted <= stats.drafted
+    with pytest.raises(ValueError, match="speculative must be one of"):
+        make_backend("smoke", n_parallel=1, n_ctx=256, n_threads=THREADS, speculative="eagle")

@@ -185,3 +185,22 @@ def test_every_sampling_bound_is_checked_once_for_config_and_env():
     ok = ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.01,1.0]"]
     cfg = load_config("sim", ok)
     DebateEnvConfig(temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range)
+
+
+def test_backend_options_by_kind_follow_the_chosen_backend():
+    """gsm8k.yaml's llama.cpp options sit under llm.options.local: another preset does not receive them."""
+    from train.build import backend_kwargs
+
+    local = load_config("gsm8k")
+    assert backend_kwargs(local) == {"n_parallel": 6, "n_ctx": 3072}
+    assert backend_kwargs(load_config("gsm8k", ["llm.preset=qwen3-8b-vllm"])) == {}
+    vllm = load_config("gsm8k", ["llm.preset=qwen3-8b-vllm", "llm.options.vllm.tensor_parallel_size=2"])
+    assert backend_kwargs(vllm) == {"tensor_parallel_size": 2}
+    openai = load_config("gsm8k", ["llm.preset=openai", "llm.url=http://127.0.0.1:9/v1",
+                                   "llm.options.openai.max_concurrency=8"])
+    assert backend_kwargs(openai) == {"max_concurrency": 8}
+    flat = load_config("sim", ["llm.options={fail_rate: 0.1}"])  # plain options go to whichever backend
+    assert backend_kwargs(flat) == {"fail_rate": 0.1}
+    with pytest.raises(ConfigError, match=r"llm.options mixes backend kinds \['local'\] with plain options "
+                                          r"\['n_ctx'\]"):
+        load_config("gsm8k", ["llm.options.n_ctx=2048"])

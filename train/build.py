@@ -36,9 +36,8 @@ def make_policy(cfg: TrainConfig) -> JointPolicy:
 
 
 def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    """Keyword arguments for `make_backend` (`llm.options`)."""
-    kwargs = dict(cfg.llm.options)
-    return kwargs
+    """Keyword arguments for `make_backend`: `llm.options`, or its entry for the chosen backend kind."""
+    return cfg.llm.backend_options()
 
 
 def make_local_backend(cfg: TrainConfig) -> Backend:

@@ -31,6 +31,9 @@ LLM_PRESETS: dict[str, str] = {
 }
 
 
+BACKEND_KINDS = ("local", "smoke", "vllm", "openai", "sim")  # the first part of a backend spec
+
+
 class ConfigError(ValueError):
     """A config file or override has an unknown key, a wrong type or a bad value."""
 
@@ -77,7 +80,27 @@ class LLMConfig:
     # Where the backend lives with Ray: "engine" = one shared Ray actor (the default for real models),
     # "in_worker" = each rollout worker builds its own (the default for the cheap stateless sim).
     placement: Literal["auto", "engine", "in_worker"] = "auto"
-    options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for make_backend
+    # Extra keyword arguments for make_backend: flat ({n_parallel: 6}), or by backend kind ({local: {n_parallel: 6},
+    # vllm: {tensor_parallel_size: 2}}) so that switching llm.preset never hands one backend another's options.
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def backend_kind(self) -> str:
+        """The backend family of the spec: local, smoke, vllm, openai or sim."""
+        return self.backend_spec().split(":", 1)[0]
+
+    def backend_options(self) -> dict[str, Any]:
+        """The keyword arguments for this backend: `options` itself, or its entry for `backend_kind()`."""
+        by_kind = [k for k in self.options if k in BACKEND_KINDS]
+        if not by_kind:
+            return dict(self.options)
+        flat = sorted(set(self.options) - set(by_kind))
+        if flat:
+            raise ConfigError(f"llm.options mixes backend kinds {by_kind} with plain options {flat}; put each "
+                              f"option under its backend kind (e.g. llm.options.local.n_parallel)")
+        chosen = self.options.get(self.backend_kind()) or {}
+        if not isinstance(chosen, dict):
+            raise ConfigError(f"llm.options.{self.backend_kind()} must be a mapping of keyword arguments")
+        return dict(chosen)
 
     def backend_spec(self) -> str:
         if self.spec:
@@ -185,6 +208,8 @@ class TrainConfig:
                 raise ConfigError(f"{key}: {msg}")
 
         need(self.run.iterations >= 1, "run.iterations", "must be >= 1")
+        if self.llm.preset != "openai" or self.llm.url or self.llm.spec:
+            self.llm.backend_options()  # a mix of kind-keyed and plain options fails here, naming the keys
         need(self.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
         need(self.run.device == "auto" or _is_torch_device(self.run.device), "run.device",
              f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")

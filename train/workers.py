@@ -305,11 +305,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
 def engine_num_gpus(cfg: TrainConfig) -> float:
     """GPUs each LLM engine actor asks Ray for: `rollout.engine_num_gpus`, or by default the vLLM backend's
-    tensor-parallel size (`llm.options.tensor_parallel_size`, default 1) and 0 for every other backend."""
+    tensor-parallel size (option `tensor_parallel_size`, default 1) and 0 for every other backend."""
     if cfg.rollout.engine_num_gpus is not None:
         return float(cfg.rollout.engine_num_gpus)
-    if cfg.llm.backend_spec().startswith("vllm:"):
-        return float(cfg.llm.options.get("tensor_parallel_size", 1))
+    if cfg.llm.backend_kind() == "vllm":
+        return float(cfg.llm.backend_options().get("tensor_parallel_size", 1))
     return 0.0
 
 

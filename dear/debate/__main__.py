@@ -26,6 +26,7 @@ from dear.deprecation import add_renamed_flags
 from dear.integrity import check_output_file
 from dear.llm.base import Backend, BackendError
 from dear.llm.cache import CachedBackend
+from dear.llm.local import SPECULATIVE_TYPES
 from dear.llm.model_files import default_cache_dir
 from dear.llm.registry import make_backend
 
@@ -53,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--parallel", type=int, default=None,
                    help="llama.cpp decoding slots for local/smoke (default: questions x agents, at most 16)")
     p.add_argument("--n-ctx", type=int, default=None, help="llama.cpp context per slot (local/smoke)")
+    p.add_argument("--speculative", choices=SPECULATIVE_TYPES,
+                   help="llama.cpp draftless speculative decoding (local/smoke): the same answers, faster when "
+                        "replies repeat their context")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache", type=Path, default=None,
                        help="response cache file (default: $DEAR_CACHE_DIR or ~/.cache/dear, responses.sqlite)")
@@ -73,6 +77,8 @@ def build_backends(args: argparse.Namespace, n_requests: int) -> tuple[dict[str,
             kwargs["n_parallel"] = args.parallel or max(1, min(16, n_requests))
             if args.n_ctx:
                 kwargs["n_ctx"] = args.n_ctx
+            if args.speculative:
+                kwargs["speculative"] = args.speculative
         backend = make_backend(spec, **kwargs)
         if not args.no_cache:
             backend = CachedBackend(backend, args.cache or default_cache_dir() / "responses.sqlite")

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,56 @@ def _error_completion(message: str, latency_s: float) -> Completion:
     )
 
 
+# llama.cpp's draftless speculative decoding types (`--spec-type`), by the name the server's CLI uses.
+SPECULATIVE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+def configure_speculative(params, xllamacpp, kind: str | None, draft_max: int,
+                          ngram_size: tuple[int, int] | None) -> None:
+    """Switch on draftless speculative decoding of type `kind` in llama.cpp's CommonParams (None: leave it off)."""
+    if kind is None:
+        return
+    if kind not in SPECULATIVE_TYPES:
+        raise ValueError(f"speculative must be one of {SPECULATIVE_TYPES} or None, got {kind!r}")
+    if draft_max < 1:
+        raise ValueError(f"draft_max must be >= 1, got {draft_max}")
+    spec = params.speculative
+    enum = xllamacpp.common_speculative_type
+    spec.types = [getattr(enum, "COMMON_SPECULATIVE_TYPE_" + kind.upper().replace("-", "_"))]
+    spec.draft.n_max = draft_max
+    if ngram_size is not None:
+        n, m = ngram_size
+        if n < 1 or m < 1:
+            raise ValueError(f"ngram_size must be two positive integers (n, m), got {ngram_size!r}")
+        target = spec.ngram_mod if kind == "ngram-mod" else {
+            "ngram-simple": spec.ngram_simple, "ngram-map-k": spec.ngram_map_k,
+            "ngram-map-k4v": spec.ngram_map_k4v}.get(kind)
+        if target is None:
+            raise ValueError(f"ngram_size does not apply to speculative={kind!r}")
+        if kind == "ngram-mod":
+            target.n_match, target.n_max = n, m
+        else:
+            target.size_n, target.size_m = n, m
+
+
+@dataclass
+class DraftStats:
+    """Speculative decoding so far: draft tokens proposed and accepted (llama.cpp `timings.draft_n[_accepted]`)."""
+
+    drafted: int = 0
+    accepted: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, timings: dict[str, Any]) -> None:
+        with self._lock:
+            self.drafted += int(timings.get("draft_n") or 0)
+            self.accepted += int(timings.get("draft_n_accepted") or 0)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+
 class SlotAffinity:
     """Keeps each conversation session on one llama.cpp slot, so its next turn finds the shared prefix in that
     slot's KV cache and only the new messages are read.
@@ -175,6 +226,13 @@ class LocalLlamaBackend(Backend):
         verbosity: llama.cpp log level (0 quiet ... 3 info).
         model_id: name used in traces and cache keys (default: llamacpp:<file name>).
         poll: llama.cpp busy-wait level 0..100 at thread barriers (default 50); 0 helped only a little in our oversubscribed test.
+        speculative: draftless speculative decoding, one of SPECULATIVE_TYPES (llama.cpp `--spec-type`): drafts
+            come from n-grams already in the slot's context (a debate agent re-reading its own or its peers'
+            answers repeats much of them), and the model verifies a draft in one batched step. Each position is
+            still sampled from the model's own distribution (a draft token is kept only where it equals the
+            sampled one), so answers keep their distribution; only the speed changes. None = off.
+        draft_max: at most this many draft tokens per step (`--draft-max`).
+        ngram_size: (n, m) for the ngram-* types: look up the last n tokens, draft the m that followed them.
     """
 
     def __init__(
@@ -189,6 +247,9 @@ class LocalLlamaBackend(Backend):
         verbosity: int = 0,
         model_id: str | None = None,
         poll: int | None = None,
+        speculative: str | None = None,
+        draft_max: int = 16,
+        ngram_size: tuple[int, int] | None = None,
     ):
         path = Path(model_path)
         if not path.is_file():
@@ -216,6 +277,7 @@ class LocalLlamaBackend(Backend):
             params.cpuparams.poll = poll
             params.cpuparams_batch.poll = poll
         params.cache_prompt = cache_prompt
+        configure_speculative(params, xllamacpp, speculative, draft_max, ngram_size)
         params.warmup = False
         params.verbosity = verbosity
         # The server also listens on 127.0.0.1 (we use it for /tokenize); a random key keeps it private.
@@ -241,6 +303,8 @@ class LocalLlamaBackend(Backend):
         self.model_id = model_id or f"llamacpp:{path.name}"
         self.context_length = n_ctx
         self.n_parallel = n_parallel
+        self.speculative = speculative
+        self.draft_stats = DraftStats()
         self._cache_prompt = cache_prompt
         self._extra = dict(DEFAULT_EXTRA_SAMPLING if extra_sampling is None else extra_sampling)
         # Two submitters per slot keep the server's queue primed when a slot finishes early.
@@ -292,6 +356,8 @@ class LocalLlamaBackend(Backend):
             return _error_completion(f"llama.cpp: {type(exc).__name__}: {exc}", time.perf_counter() - started)
         finally:
             self._slots.release(slot)
+        if self.speculative and isinstance(data, dict):
+            self.draft_stats.add(data.get("timings") or {})
         return parse_chat_response(data, time.perf_counter() - started)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
