@@ -67,7 +67,7 @@ KINDS = ("logging", "mad")
 
 
 @dataclass(frozen=True)
-class Settings:
+class CorpusSettings:
     """Everything that must stay the same for a resumed run to extend the same corpus."""
 
     task: str
@@ -223,8 +223,8 @@ def iter_traces(records: Sequence[dict], kind: str | None = None) -> Iterator[De
 
 
 # ---------------------------------------------------------------- the run directory
-class RunDir:
-    def __init__(self, root: Path, settings: Settings):
+class CorpusRunDir:
+    def __init__(self, root: Path, settings: CorpusSettings):
         if root.exists() and not root.is_dir():
             raise SystemExit(f"{PROG}: error: --out {root} exists and is not a directory")
         root.mkdir(parents=True, exist_ok=True)
@@ -237,7 +237,7 @@ class RunDir:
         return {r["trace"]["question_id"] for r in self.corpus.records if r["kind"] == kind}
 
 
-def split_questions(s: Settings, n_logging: int, n_mad: int) -> dict[str, list[Question]]:
+def split_questions(s: CorpusSettings, n_logging: int, n_mad: int) -> dict[str, list[Question]]:
     """Disjoint, prefix-stable question sets: even / odd positions of one seeded permutation of the split."""
     pool = tasks.load(s.task, split=s.split)
     perm = subset(pool, len(pool), s.data_seed)
@@ -249,7 +249,8 @@ def split_questions(s: Settings, n_logging: int, n_mad: int) -> dict[str, list[Q
     return {"logging": sets["logging"][:n_logging], "mad": sets["mad"][:n_mad]}
 
 
-def collect(run: RunDir, s: Settings, backend: Backend, n_logging: int, n_mad: int, max_in_flight: int) -> None:
+def collect(run: CorpusRunDir, s: CorpusSettings, backend: Backend, n_logging: int, n_mad: int,
+            max_in_flight: int) -> None:
     cfg = DebateConfig(n_agents=s.n_agents, n_rounds=s.n_rounds, max_tokens=s.max_tokens, seed=s.seed,
                        layout=s.layout, temperature0=s.temperature0, top_p0=s.top_p0)
     engine = DebateEngine(backend, cfg)
@@ -262,8 +263,8 @@ def collect(run: RunDir, s: Settings, backend: Backend, n_logging: int, n_mad: i
             _collect_kind(run, s, engine, kind, protocols[kind], todo, max_in_flight)
 
 
-def _collect_kind(run: RunDir, s: Settings, engine: DebateEngine, kind: str, protocol, todo: Sequence[Question],
-                  max_in_flight: int) -> None:
+def _collect_kind(run: CorpusRunDir, s: CorpusSettings, engine: DebateEngine, kind: str, protocol,
+                  todo: Sequence[Question], max_in_flight: int) -> None:
     """Run one kind's missing debates concurrently, appending each to the corpus as soon as it finishes."""
     t0 = time.perf_counter()
     counter = {"n": 0, "failed": 0}
@@ -314,7 +315,7 @@ def model_file_info(llm: str) -> dict[str, str]:
     return {"file": f"served by `{llm}`", "sha256": "unknown (remote)"}
 
 
-def write_provenance(run: RunDir, s: Settings, command: str) -> str:
+def write_provenance(run: CorpusRunDir, s: CorpusSettings, command: str) -> str:
     recs = run.corpus.records
     counts = {k: sum(r["kind"] == k for r in recs) for k in KINDS}
     model = model_file_info(s.llm)
@@ -385,7 +386,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def settings_from_args(a: argparse.Namespace) -> Settings:
+def settings_from_args(a: argparse.Namespace) -> CorpusSettings:
     for flag in ("n_logging", "n_mad"):
         if getattr(a, flag) < 0:
             raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 0")
@@ -394,7 +395,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
             raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 1")
     if a.n_rounds < 1:
         raise SystemExit(f"{PROG}: error: --n-rounds must be >= 1 (the corpus is about exchange rounds)")
-    return Settings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm, n_agents=a.n_agents,
+    return CorpusSettings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm, n_agents=a.n_agents,
                     n_rounds=a.n_rounds, max_tokens=a.max_tokens, layout=a.layout, mask_p=a.mask_p,
                     temperature_range=tuple(a.temperature_range), top_p_range=tuple(a.top_p_range),
                     mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
@@ -414,7 +415,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
         LoggingPolicy(s.n_agents, s.n_rounds, s.mask_p, s.temperature_range, s.top_p_range, s.seed)
     except ValueError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
-    run = RunDir(a.out, s)
+    run = CorpusRunDir(a.out, s)
     own = backend is None
     if own:
         kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if s.llm.split(":")[0] in ("local", "smoke") else {}

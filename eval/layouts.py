@@ -58,7 +58,7 @@ ARMS = tuple(Arm(layout, proto) for proto in PROTOCOL_NAMES for layout in LAYOUT
 
 
 @dataclass(frozen=True)
-class Settings:
+class LayoutSettings:
     """Everything that must stay the same for a resumed run to extend the same experiment."""
 
     task: str
@@ -83,7 +83,7 @@ def ring_mask(n_agents: int) -> np.ndarray:
     return mask
 
 
-def make_arm_protocol(protocol: str, s: Settings) -> Protocol:
+def make_arm_protocol(protocol: str, s: LayoutSettings) -> Protocol:
     if protocol == "mad":
         return MADProtocol(s.n_agents, s.n_rounds, s.temperature, s.top_p)
     if protocol == "ring":
@@ -94,10 +94,10 @@ def make_arm_protocol(protocol: str, s: Settings) -> Protocol:
 
 
 # ---------------------------------------------------------------- the run directory
-class RunDir:
+class LayoutRunDir:
     """settings.json (guarded), round0.jsonl (one stored round 0 per question), arms.jsonl (finished arms)."""
 
-    def __init__(self, root: Path, settings: Settings):
+    def __init__(self, root: Path, settings: LayoutSettings):
         self.root = root
         if root.exists() and not root.is_dir():
             raise SystemExit(f"python -m eval.layouts: error: --out {root} exists and is not a directory")
@@ -136,7 +136,7 @@ class RunDir:
 
 
 # ---------------------------------------------------------------- running
-def run_chunk(engine_for: dict[str, DebateEngine], questions: Sequence[Question], run: RunDir, s: Settings,
+def run_chunk(engine_for: dict[str, DebateEngine], questions: Sequence[Question], run: LayoutRunDir, s: LayoutSettings,
               chunk_index: int) -> None:
     """Round 0 (unless stored), then every unfinished arm on this chunk's questions."""
     missing = [q for q in questions if q.id not in run.round0]
@@ -220,7 +220,7 @@ def _ci(c, scale: float = 1.0, digits: int = 1) -> str:
     return f"{c.mean * scale:.{digits}f} [{c.low * scale:.{digits}f}, {c.high * scale:.{digits}f}]"
 
 
-def write_report(run: RunDir, s: Settings, n_boot: int = 2000) -> str | None:
+def write_report(run: LayoutRunDir, s: LayoutSettings, n_boot: int = 2000) -> str | None:
     recs = run.records()
     by_arm: dict[str, dict[str, dict]] = {}
     for r in recs:
@@ -317,7 +317,7 @@ def _verdict(rows: dict[str, ArmRow], chunks: Sequence[int], n_boot: int) -> str
             f"multiturn {wall['multiturn']:.0f} s vs single {wall['single']:.0f} s. Reading: **{pick}**{status}.")
 
 
-def _cli_args(s: Settings) -> list[str]:
+def _cli_args(s: LayoutSettings) -> list[str]:
     return [f"--task {s.task}", f"--split {s.split}", f"--data-seed {s.data_seed}", f"--seed {s.seed}",
             f"--llm {s.llm}", f"--n-agents {s.n_agents}", f"--n-rounds {s.n_rounds}", f"--max-tokens {s.max_tokens}",
             f"--n-ctx {s.n_ctx}", f"--parallel {s.parallel}", f"--chunk {s.chunk}", "--n N", "--out DIR"]
@@ -349,16 +349,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def settings_from_args(a: argparse.Namespace) -> Settings:
+def settings_from_args(a: argparse.Namespace) -> LayoutSettings:
     for flag in ("n", "n_agents", "max_tokens", "n_ctx", "parallel", "chunk"):
         if getattr(a, flag) < 1:
             raise SystemExit(f"python -m eval.layouts: error: --{flag.replace('_', '-')} must be >= 1")
-    return Settings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm,
+    return LayoutSettings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm,
                     n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, n_ctx=a.n_ctx,
                     parallel=a.parallel, chunk=a.chunk, temperature=a.temperature, top_p=a.top_p)
 
 
-def build_backend(s: Settings) -> Backend:
+def build_backend(s: LayoutSettings) -> Backend:
     kwargs = {"n_parallel": s.parallel, "n_ctx": s.n_ctx} if s.llm.split(":")[0] in ("local", "smoke") else {}
     return make_backend(s.llm, **kwargs)
 
@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     s = settings_from_args(a)
-    run = RunDir(a.out, s)
+    run = LayoutRunDir(a.out, s)
     if a.report_only:
         print(write_report(run, s, a.n_boot) or "nothing finished yet")
         return 0

@@ -174,3 +174,13 @@ def test_env_constructors_take_every_config_field_under_its_name():
         assert names <= set(inspect.signature(env).parameters), env.__name__
     env = DebateEnv(n_questions=4, n_rounds=1, token_cost=0.5, seed=3)
     assert (env.config.n_rounds, env.config.token_cost, env.config.seed) == (1, 0.5, 3)
+
+
+def test_no_two_classes_share_a_name():
+    names: dict[str, list[str]] = {}
+    for top in ("dear", "envs", "train", "eval"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    names.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert not {k: v for k, v in names.items() if len(v) > 1}
