@@ -293,7 +293,8 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             raise ExportError(str(e)) from None
     training = {"checkpoint": str(ckpt), "iteration": state.get("counters", {}).get("iteration"),
                 "task": env.get("task"), "split": env.get("split"), "llm": spec, "synthetic": synthetic,
-                "n_rounds": _run_setting(env, "n_rounds", "rounds", None), "token_cost": env.get("token_cost")}
+                "n_rounds": _run_setting(env, "n_rounds", "rounds", None), "token_cost": env.get("token_cost"),
+                "layout": env.get("layout")}  # None: a run from before the layout setting
     return export_policy(policy, out_dir, encoder, training, force=force)
 
 

@@ -35,6 +35,7 @@ from gymnasium import spaces
 
 from dear import tasks
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
+from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
 from dear.deprecation import rename_keys
 from dear.evidence import Encoder, make_encoder
@@ -70,6 +71,7 @@ class DebateEnvConfig:
     shaping: bool = False
     shaping_coef: float = 0.1
     shaping_gamma: float = 1.0  # γ of the shaping term F = γΦ(s') - Φ(s); the trainer's discount
+    layout: str = DebateConfig.layout  # exchange-round prompt layout (dear/debate/prompts.py LAYOUTS)
     seed: int = 0  # seeds question loading and the engine's per-request seeds
 
     def __post_init__(self):
@@ -87,6 +89,8 @@ class DebateEnvConfig:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
         if not 0 < self.shaping_gamma <= 1:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
 
 
     @classmethod
@@ -180,6 +184,7 @@ class DebateCore:
                 top_p0=cfg.top_p0,
                 max_tokens=cfg.max_tokens,
                 seed=cfg.seed,
+                layout=cfg.layout,
             ),
         )
         v = cfg.n_agents
@@ -381,6 +386,7 @@ class DebateEnv(gym.Env):
         shaping: bool = False,
         shaping_coef: float = 0.1,
         shaping_gamma: float = 1.0,
+        layout: str = DebateConfig.layout,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,

@@ -35,7 +35,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from dear.debate.engine import Debate
+from dear.debate.engine import Debate, DebateConfig
 from dear.evidence import Encoder
 from dear.llm.base import Backend
 from dear.policy import DEFAULT_TOP_P_RANGE
@@ -72,6 +72,7 @@ class DebateVectorEnv(VectorEnv):
         shaping: bool = False,
         shaping_coef: float = 0.1,
         shaping_gamma: float = 1.0,
+        layout: str = DebateConfig.layout,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,

@@ -91,7 +91,7 @@ def test_round0_prompt_and_metadata():
 
 def test_mask_changes_what_each_prompt_contains():
     be = FakeBackend(lambda r: answer_text(r.metadata["agent"], r.metadata["round"], str(10 + r.metadata["agent"])))
-    eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=1))
+    eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=1, layout="single"))  # the single layout's wording
     debates = eng.start([gsm(0, gold="10")])
     mask = np.array([[0, 1, 0], [0, 0, 0], [1, 1, 0]], dtype=bool)
     eng.step(debates, [RoundControl(mask, np.full(3, 0.7), np.full(3, 0.9))])

@@ -83,7 +83,7 @@ def test_spaces_and_shapes(v):
 
 
 def test_action_mask_is_the_mask_the_next_prompts_used():
-    env = make(n_agents=4, n_rounds=3)
+    env = make(n_agents=4, n_rounds=3, layout="single")  # one prompt per round: peers read now, nothing older
     rng = np.random.default_rng(0)
     env.reset(seed=1)
     order = pair_order(4)
@@ -293,3 +293,23 @@ def test_backend_failure_ends_the_episode_as_wrong(fail_round):
     assert "boom" in info["episode"].trace.error
     with pytest.raises(RuntimeError, match="reset"):
         env.step({"mask": np.ones(6, np.int8), "behavior": np.zeros(6, np.float32)})
+
+
+def test_action_mask_decides_the_peers_of_the_new_turn_in_the_multiturn_layout():
+    """Multiturn: the conversation keeps earlier turns, and the new user turn carries exactly the peers read."""
+    env = make(n_agents=4, n_rounds=2, layout="multiturn")
+    rng = np.random.default_rng(1)
+    env.reset(seed=2)
+    order = pair_order(4)
+    for _ in range(2):
+        prev = env.debate.last_turns
+        action = random_action(env, rng)
+        env.step(action)
+        for i, turn in enumerate(env.debate.trace.rounds[-1]):
+            expected = [j for k, (a, j) in enumerate(order) if a == i and action["mask"][k] == 1]
+            new_turn = turn.messages[-1]["content"]
+            assert turn.messages[-1]["role"] == "user"
+            for j in range(4):
+                if j != i:
+                    assert (prev[j].reasoning in new_turn) == (j in expected), (i, j)
+    env.close()

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from dear.debate.engine import sampling_range_errors
+from dear.debate.engine import DebateConfig, sampling_range_errors
+from dear.debate.prompts import LAYOUTS
 from dear.deprecation import rename_keys
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
 
@@ -130,6 +131,7 @@ class EnvSection:
     token_cost: float = 0.01  # lambda_tok: reward penalty per 1,000 tokens
     fusion: Literal["dst", "mean"] = "dst"  # peer-opinion fusion: Dempster-Shafer or the mean ablation
     encoder: str | None = None  # None = the env's default for the backend (minilm real, hashing sim)
+    layout: str = DebateConfig.layout  # exchange-round prompt layout: multiturn (Du et al.) or single
     options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
 
 
@@ -219,6 +221,7 @@ class TrainConfig:
             need(False, f"env.{field_name}", problem)
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
+        need(self.env.layout in LAYOUTS, "env.layout", f"must be one of {list(LAYOUTS)}, got {self.env.layout!r}")
         need(self.rollout.num_engines >= 1, "rollout.num_engines", "must be >= 1")
         need(self.rollout.engine_num_gpus is None or self.rollout.engine_num_gpus >= 0,
              "rollout.engine_num_gpus", "must be >= 0 (or null: vLLM's tensor_parallel_size, else 0)")
