@@ -17,7 +17,8 @@ Passes over the same GSM8K questions, V agents, R exchange rounds (MAD), each on
    answer distribution; drafts from n-grams already in each slot's context), with its draft acceptance.
 
 It prints completion tokens per second of each and the ratios before/raw and after/raw (target: after >= 0.8),
-with the prompt tokens the server computed vs reused. Results also go to --out as JSON.
+with the prompt tokens the server computed vs reused and, on llama.cpp, how the slots spent the pass (share of
+wall time x slots reading prompts, generating, idle). Results also go to --out as JSON.
 """
 
 from __future__ import annotations
@@ -48,10 +49,19 @@ class Pass:
     prompt_tokens: int
     reused_prompt_tokens: int
     errors: int
+    prompt_slot_s: float | None = None  # slot-seconds llama.cpp spent reading prompts (its `timings`)
+    decode_slot_s: float | None = None  # ... and generating
 
     @property
     def tokens_per_s(self) -> float:
         return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def slot_use(self, n_slots: int) -> tuple[float, float] | None:
+        """(share of slot-time reading prompts, share generating) over wall time x slots; None without timings."""
+        if self.prompt_slot_s is None or self.decode_slot_s is None or self.wall_s <= 0:
+            return None
+        total = self.wall_s * n_slots
+        return self.prompt_slot_s / total, self.decode_slot_s / total
 
 
 def raw_pass(backend: Backend, questions, config: DebateConfig) -> Pass:
@@ -119,7 +129,11 @@ def main(argv=None) -> int:
     passes, drafts = [], None
     for run, options in runs:
         with make_backend(a.llm, **kwargs, **options) as backend:
-            passes.append(run(backend))
+            ps = run(backend)
+            timings = getattr(backend, "server_timings", None)  # llama.cpp backends only
+            if timings is not None:
+                ps = replace(ps, prompt_slot_s=timings.prompt_ms / 1000, decode_slot_s=timings.predicted_ms / 1000)
+            passes.append(ps)
             if options.get("speculative"):
                 drafts = backend.draft_stats
     raw = passes[0].tokens_per_s
@@ -131,13 +145,19 @@ def main(argv=None) -> int:
         print(f"{ps.name:46s} {ps.calls:5d} {ps.wall_s:7.1f} {ps.completion_tokens:9d} {ps.tokens_per_s:6.1f} "
               f"{ps.tokens_per_s / raw if raw else 0:6.2f} "
               f"{ps.prompt_tokens - ps.reused_prompt_tokens:>11d}/{ps.reused_prompt_tokens:<11d} {ps.errors:6d}")
+    for ps in passes:  # where the gap to raw goes: slots reading prompts, or idle (waiting at a round's end)
+        use = ps.slot_use(a.parallel)
+        if use is not None:
+            print(f"  {ps.name}: slot-time {100 * use[0]:.0f} % reading prompts, {100 * use[1]:.0f} % generating, "
+                  f"{100 * (1 - sum(use)):.0f} % idle")
     if drafts is not None:
         print(f"speculative {a.speculative}: {drafts.accepted} of {drafts.drafted} draft tokens accepted "
               f"({drafts.acceptance:.2f})")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "passes": [
-            asdict(ps) | {"tokens_per_s": ps.tokens_per_s, "ratio_to_raw": ps.tokens_per_s / raw if raw else None}
+            asdict(ps) | {"tokens_per_s": ps.tokens_per_s, "ratio_to_raw": ps.tokens_per_s / raw if raw else None,
+                          "slot_use_prompt_decode": ps.slot_use(a.parallel)}
             for ps in passes], "draft_tokens": None if drafts is None else {
                 "drafted": drafts.drafted, "accepted": drafts.accepted}},
             indent=2) + "\n")

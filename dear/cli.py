@@ -27,14 +27,14 @@ def exit_code(main: Callable[[], object], prog: str, *,
 
     `codes` maps other exception types to their own exit codes (checked first), e.g. a failed check = 1."""
     argv = sys.argv[1:] if argv is None else argv
-    handled = {**{e: 2 for e in errors}, **dict(codes or {})}
+    codes = dict(codes or {})
     try:
         code = main()
-    except tuple(handled) as e:
+    except (*codes, *errors) as e:
         if wants_traceback(argv):
             traceback.print_exc()
         print(f"{prog}: error: {e}", file=sys.stderr)
-        return next((c for t, c in (codes or {}).items() if isinstance(e, t)), 2)
+        return next((c for t, c in codes.items() if isinstance(e, t)), 2)
     return code if isinstance(code, int) else 0  # a main() may return its results: success
 
 

@@ -33,6 +33,15 @@ def rename_keys(data: Mapping[str, Any], renamed: Mapping[str, str], where: str 
     return out
 
 
+def renamed_keyword(where: str, old: str, new: str, value: Any, keywords: dict[str, Any]) -> Any:
+    """The value of keyword `new`, else of its old name `old` taken out of `keywords` (a function's ``**kwargs``)
+    with a FutureWarning naming the new one. Both given: ValueError naming both."""
+    if old not in keywords:
+        return value
+    given = {new: value} if value is not None else {}
+    return rename_keys(given | {old: keywords.pop(old)}, {old: new}, f"{where}: ", label="keyword")[new]
+
+
 class RenamedFlag(argparse.Action):
     """An old flag that stores into its new flag's destination and prints a one-line deprecation warning.
 

@@ -30,7 +30,7 @@ from dear import tasks
 from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.trace import DebateTrace, write_jsonl
-from dear.deprecation import add_renamed_flags, rename_keys
+from dear.deprecation import add_renamed_flags, renamed_keyword
 from dear.evidence import make_encoder
 from dear.export import ExportedPolicy, choose_encoder, load_exported
 from dear.integrity import check_output_file
@@ -69,10 +69,7 @@ class RegulatedDebater:
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
                  **backend_options):
-        if "rounds" in backend_options:  # its name before issue 16
-            n_rounds = rename_keys({"rounds": backend_options.pop("rounds")} | (
-                {"n_rounds": n_rounds} if n_rounds is not None else {}), {"rounds": "n_rounds"},
-                "RegulatedDebater: ", label="keyword")["n_rounds"]
+        n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # issue 16
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         if self.exported.synthetic:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",

@@ -37,7 +37,7 @@ from dear import tasks
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
 from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
-from dear.deprecation import rename_keys
+from dear.deprecation import renamed_keyword
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
 from dear.policy import (
@@ -344,19 +344,15 @@ class DebateCore:
             self.backend.close()
 
 
-# Old keyword names of the env constructors (issue 16): they still work, with a FutureWarning naming the new one.
-RENAMED_KEYWORDS: dict[str, str] = {"temp_range": "temperature_range"}
-
-
 def temperature_range_keyword(env_name: str, temperature_range: tuple[float, float] | None,
                               old_keywords: Mapping[str, Any]) -> tuple[float, float]:
-    """The temperature range an env constructor was given, under its name or its old name `temp_range`."""
-    unknown = sorted(set(old_keywords) - set(RENAMED_KEYWORDS))
-    if unknown:
-        raise TypeError(f"{env_name}() got unexpected keyword arguments {unknown}")
-    given = {"temperature_range": temperature_range} if temperature_range is not None else {}
-    merged = rename_keys(given | dict(old_keywords), RENAMED_KEYWORDS, f"{env_name}: ", label="keyword")
-    return tuple(merged.get("temperature_range", DEFAULT_TEMPERATURE_RANGE))
+    """The temperature range an env constructor was given, under its name or its old name `temp_range` (issue 16:
+    it still works, with a FutureWarning naming the new one)."""
+    rest = dict(old_keywords)
+    value = renamed_keyword(env_name, "temp_range", "temperature_range", temperature_range, rest)
+    if rest:
+        raise TypeError(f"{env_name}() got unexpected keyword arguments {sorted(rest)}")
+    return tuple(value if value is not None else DEFAULT_TEMPERATURE_RANGE)
 
 
 class DebateEnv(gym.Env):

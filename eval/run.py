@@ -34,6 +34,7 @@ from dear import tasks
 from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
+from dear.debate.prompts import LAYOUTS
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.deprecation import add_renamed_flags, rename_keys
@@ -51,7 +52,6 @@ log = logging.getLogger("eval")
 # `--n` may change: a subset is the first n of a seeded shuffle, so a larger n extends a smaller one.
 _FIXED_SETTINGS = ("llm", "seed", "n_agents", "n_rounds", "max_tokens", "temperature", "top_p", "sc_samples",
                    "checkpoint", "encoder", "backend_options", "checkpoint_sha256", "layout", "policy_sampling")
-LAYOUTS = ("multiturn", "single")
 POLICY_SAMPLING = ("deterministic", "sampled")
 _RENAMED_SETTINGS = {"agents": "n_agents", "rounds": "n_rounds"}
 ROUND0 = "round0"  # the pseudo-method name of the shared round 0 in timings and failure lists
@@ -79,7 +79,7 @@ class EvalSettings:
     progress: bool = True
     backend_options: dict[str, Any] = field(default_factory=dict)
     checkpoint_sha256: str | None = None
-    layout: str = "single"  # exchange-prompt layout (DebateConfig.layout)
+    layout: str = DebateConfig.layout  # exchange-prompt layout
     policy_sampling: str = "deterministic"  # DEAR policies: mode of the action distribution, or sampled
     policy_world: str | None = None  # the DEAR policy's training world, shown in its labels
 

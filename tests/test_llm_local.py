@@ -72,6 +72,17 @@ def test_count_tokens_and_context(smoke):
     assert smoke.count_tokens("hello world " * 50) > 50
 
 
+def test_server_timings_sum_llama_cpp_timings_per_call(smoke):
+    """`server_timings` adds up llama.cpp's own per-call timings: its token counts match the completions'."""
+    t = smoke.server_timings
+    before = (t.prompt_tokens, t.predicted_tokens, t.prompt_ms, t.predicted_ms)
+    out = smoke.generate([ChatRequest(PROMPT, temperature=0.5, seed=k, max_tokens=8) for k in range(2)])
+    assert all(c.ok for c in out)
+    assert t.predicted_tokens - before[1] == sum(c.completion_tokens for c in out)
+    assert t.prompt_tokens - before[0] == sum(c.prompt_tokens - c.reused_prompt_tokens for c in out)
+    assert t.prompt_ms > before[2] and t.predicted_ms > before[3]
+
+
 def test_overflow_is_an_error_completion_not_a_crash(smoke):
     long = (ChatMessage("user", "hi " * 3000),)
     out = smoke.generate([ChatRequest(long, max_tokens=4), ChatRequest(PROMPT, max_tokens=4)])

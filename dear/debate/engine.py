@@ -44,8 +44,9 @@ class DebateConfig:
     agent_backends: tuple[str, ...] | None = None
     system_prompt: str = prompts.SYSTEM_PROMPT
     # Exchange-round prompt layout (dear/debate/prompts.py): "multiturn" (Du et al.'s growing conversation,
-    # whose prefix a KV-cache slot reuses) or "single" (one fresh message per round).
-    layout: str = "single"
+    # whose prefix a KV-cache slot reuses) or "single" (one fresh message per round). The default was set by
+    # measurement: results/layout-gsm8k/summary.md (issue 13).
+    layout: str = "multiturn"
     # "Silent" agents (issue 14, off by default): an agent whose mask reads nobody keeps its previous answer
     # without a model call; its turn copies the previous one with 0 tokens and `silent=True`. The paper
     # regenerates alone (pruning then saves only prompt tokens); with silent, the mask also controls completions.

@@ -161,6 +161,26 @@ class DraftStats:
         return self.accepted / self.drafted if self.drafted else float("nan")
 
 
+@dataclass
+class ServerTimings:
+    """Where the server's slots spent their time so far, summed over calls (llama.cpp `timings`): milliseconds
+    reading prompts and generating, and the tokens of each. Slots run side by side, so the sums are slot-time:
+    divided by wall time x slots they give how busy the slots were."""
+
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+    prompt_tokens: int = 0
+    predicted_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, timings: dict[str, Any]) -> None:
+        with self._lock:
+            self.prompt_ms += float(timings.get("prompt_ms") or 0.0)
+            self.predicted_ms += float(timings.get("predicted_ms") or 0.0)
+            self.prompt_tokens += int(timings.get("prompt_n") or 0)
+            self.predicted_tokens += int(timings.get("predicted_n") or 0)
+
+
 class SlotAffinity:
     """Keeps each conversation session on one llama.cpp slot, so its next turn finds the shared prefix in that
     slot's KV cache and only the new messages are read.
@@ -305,6 +325,7 @@ class LocalLlamaBackend(Backend):
         self.n_parallel = n_parallel
         self.speculative = speculative
         self.draft_stats = DraftStats()
+        self.server_timings = ServerTimings()
         self._cache_prompt = cache_prompt
         self._extra = dict(DEFAULT_EXTRA_SAMPLING if extra_sampling is None else extra_sampling)
         # Two submitters per slot keep the server's queue primed when a slot finishes early.
@@ -356,8 +377,10 @@ class LocalLlamaBackend(Backend):
             return _error_completion(f"llama.cpp: {type(exc).__name__}: {exc}", time.perf_counter() - started)
         finally:
             self._slots.release(slot)
-        if self.speculative and isinstance(data, dict):
-            self.draft_stats.add(data.get("timings") or {})
+        if isinstance(data, dict):
+            self.server_timings.add(data.get("timings") or {})
+            if self.speculative:
+                self.draft_stats.add(data.get("timings") or {})
         return parse_chat_response(data, time.perf_counter() - started)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
