@@ -132,6 +132,24 @@ def test_run_concurrent_matches_run_and_overlaps_debates():
         eng.run_concurrent(qs, MADProtocol(3, 2), max_in_flight=0)
 
 
+def test_a_stop_during_run_concurrent_finishes_debates_in_flight_and_starts_no_queued_one():
+    """A stop (Ctrl-C; here raised when the first debate ends) waits for the debates in flight, whose `on_done`
+    still records them, but starts none of the queued ones (`Executor.map` cancels them)."""
+    qs = tasks.load("synthetic", n=12, seed=2)
+    eng = _sim_engine("multiturn")
+    done = []
+
+    def stop_after_first(debate):
+        done.append(debate)
+        if len(done) == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        eng.run_concurrent(qs, MADProtocol(3, 2), max_in_flight=2, on_done=stop_after_first)
+    assert 1 <= len(done) <= 4  # the first, those in flight with it, at most one each worker took meanwhile
+    assert eng.stats.requests <= 4 * 3 * 3
+
+
 def test_slot_affinity_keeps_sessions_and_evicts_the_least_recently_used():
     slots = SlotAffinity(2)
     a = slots.acquire("a")
