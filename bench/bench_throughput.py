@@ -135,7 +135,7 @@ def main(argv=None) -> int:
                 ps = replace(ps, prompt_slot_s=timings.prompt_ms / 1000, decode_slot_s=timings.predicted_ms / 1000)
             passes.append(ps)
             if options.get("speculative"):
-                drafts = backend.draft_stats
+                drafts = backend.server_timings
     raw = passes[0].tokens_per_s
     print(f"{a.llm}: {a.questions} GSM8K questions, V={a.n_agents}, R={a.n_rounds}, {a.max_tokens} max tokens, "
           f"{a.parallel} slots, {in_flight} debates in flight, seed {a.seed}")

@@ -34,8 +34,9 @@ def test_real_two_round_three_agent_debate(smoke_backend):
             assert t.error is None and t.text
             assert t.prompt_tokens > 50 and 0 < t.completion_tokens <= 48
             assert t.reasoning and t.conclusion
-    # Round-1 prompts carry the peers' previous answers (full mask).
-    assert "Agent 2:" in tr.rounds[1][0].messages[-1]["content"]
+    # Round-1 prompts carry the peers' previous answers (full mask): both, in the newest user turn (the default
+    # multiturn layout appends them to the agent's own conversation).
+    assert tr.rounds[1][0].messages[-1]["content"].count("One agent's answer:") == 2
     assert tr.prompt_tokens == sum(t.prompt_tokens for r in tr.rounds for t in r)
     # Later rounds read peers' answers, so their prompts are longer than round 0's.
     assert tr.rounds[1][0].prompt_tokens > tr.rounds[0][0].prompt_tokens

@@ -123,7 +123,7 @@ def test_speculative_decoding_keeps_the_answers_and_drafts_from_the_context():
             out = backend.generate(requests)
             assert all(c.ok for c in out), [c.error for c in out]
             texts[kind] = [c.text for c in out[:3]]
-            stats = backend.draft_stats
+            stats = backend.server_timings
         finally:
             backend.close()
     for with_spec, without in zip(texts["ngram-simple"], texts[None]):

@@ -144,33 +144,18 @@ def configure_speculative(params, xllamacpp, kind: str | None, draft_max: int,
 
 
 @dataclass
-class DraftStats:
-    """Speculative decoding so far: draft tokens proposed and accepted (llama.cpp `timings.draft_n[_accepted]`)."""
-
-    drafted: int = 0
-    accepted: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, timings: dict[str, Any]) -> None:
-        with self._lock:
-            self.drafted += int(timings.get("draft_n") or 0)
-            self.accepted += int(timings.get("draft_n_accepted") or 0)
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else float("nan")
-
-
-@dataclass
 class ServerTimings:
     """Where the server's slots spent their time so far, summed over calls (llama.cpp `timings`): milliseconds
     reading prompts and generating, and the tokens of each. Slots run side by side, so the sums are slot-time:
-    divided by wall time x slots they give how busy the slots were."""
+    divided by wall time x slots they give how busy the slots were. With speculative decoding: draft tokens
+    proposed and accepted (`timings.draft_n[_accepted]`)."""
 
     prompt_ms: float = 0.0
     predicted_ms: float = 0.0
     prompt_tokens: int = 0
     predicted_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, timings: dict[str, Any]) -> None:
@@ -179,6 +164,12 @@ class ServerTimings:
             self.predicted_ms += float(timings.get("predicted_ms") or 0.0)
             self.prompt_tokens += int(timings.get("prompt_n") or 0)
             self.predicted_tokens += int(timings.get("predicted_n") or 0)
+            self.drafted += int(timings.get("draft_n") or 0)
+            self.accepted += int(timings.get("draft_n_accepted") or 0)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
 
 
 class SlotAffinity:
@@ -324,7 +315,6 @@ class LocalLlamaBackend(Backend):
         self.context_length = n_ctx
         self.n_parallel = n_parallel
         self.speculative = speculative
-        self.draft_stats = DraftStats()
         self.server_timings = ServerTimings()
         self._cache_prompt = cache_prompt
         self._extra = dict(DEFAULT_EXTRA_SAMPLING if extra_sampling is None else extra_sampling)
@@ -379,8 +369,6 @@ class LocalLlamaBackend(Backend):
             self._slots.release(slot)
         if isinstance(data, dict):
             self.server_timings.add(data.get("timings") or {})
-            if self.speculative:
-                self.draft_stats.add(data.get("timings") or {})
         return parse_chat_response(data, time.perf_counter() - started)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
