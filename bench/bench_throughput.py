@@ -14,11 +14,18 @@ Passes over the same GSM8K questions, V agents, R exchange rounds (MAD), each on
    kept on one KV-cache slot.
 
 4. with `--speculative TYPE`: pass 3 again on a backend with llama.cpp's draftless speculative decoding (the same
-   answer distribution; drafts from n-grams already in each slot's context), with its draft acceptance.
+   answer distribution; drafts from n-grams already in each slot's context), with its draft acceptance;
+5. prompt reading: every prompt of pass 3 sent again for one token, all at once on a fresh backend: the backend's
+   batched prompt-reading rate.
 
 It prints completion tokens per second of each and the ratios before/raw and after/raw (target: after >= 0.8),
 with the prompt tokens the server computed vs reused and, on llama.cpp, how the slots spent the pass (share of
 wall time x slots reading prompts, generating, idle). Results also go to --out as JSON.
+
+A debate must read its peers' answers: pass 3's computed prompt tokens are work that raw decoding never does.
+From passes 1 and 5 the bench prints the ceiling this puts on the ratio, with every slot busy and no time lost
+at a round's end: after's completion tokens over (their pure decode time + its computed prompt tokens at the
+measured reading rate), over raw's tokens per second. `after / ceiling` is then the share the scheduling loses.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ from dear.deprecation import add_renamed_flags  # noqa: E402
 from dear.llm.base import Backend, ChatRequest  # noqa: E402
 from dear.llm.local import SPECULATIVE_TYPES  # noqa: E402
 from dear.llm.registry import make_backend  # noqa: E402
+
+
+AFTER = "after: multiturn layout, concurrent debates"
 
 
 @dataclass
@@ -79,7 +89,8 @@ def raw_pass(backend: Backend, questions, config: DebateConfig) -> Pass:
 
 
 def debate_pass(name: str, backend: Backend, questions, config: DebateConfig, in_flight: int,
-                concurrent: bool) -> Pass:
+                concurrent: bool, sent: list | None = None) -> Pass:
+    """One debate pass; the chats it sent are appended to `sent` (for the prompt-reading pass)."""
     engine = DebateEngine(backend, config)
     protocol = MADProtocol(config.n_agents, config.n_rounds, config.temperature0, config.top_p0)
     t0 = time.perf_counter()
@@ -90,9 +101,47 @@ def debate_pass(name: str, backend: Backend, questions, config: DebateConfig, in
                    for d in engine.run(questions[k:k + in_flight], protocol)]
     wall = time.perf_counter() - t0
     turns = [t for d in debates for r in d.trace.rounds for t in r]
+    if sent is not None:
+        sent.extend(t.messages for t in turns)
     return Pass(name, len(turns), wall, sum(t.completion_tokens for t in turns),
                 sum(t.prompt_tokens for t in turns), sum(t.reused_prompt_tokens for t in turns),
                 sum(t.error is not None for t in turns))
+
+
+def prompt_pass(backend: Backend, chats: list) -> Pass:
+    """The given chats, one token each, in one batch call without sessions: the batched prompt-reading rate."""
+    requests = [ChatRequest(messages=tuple(m), temperature=0.0, top_p=1.0, max_tokens=1, seed=k)
+                for k, m in enumerate(chats)]
+    t0 = time.perf_counter()
+    out = backend.generate(requests)
+    return Pass("prompt reading (pass 3's prompts, 1 token each)", len(requests), time.perf_counter() - t0,
+                sum(c.completion_tokens for c in out), sum(c.prompt_tokens for c in out),
+                sum(c.reused_prompt_tokens for c in out), sum(not c.ok for c in out))
+
+
+@dataclass
+class Ceiling:
+    """The best ratio to raw a debate pass can reach when its computed prompts cost their measured reading time."""
+
+    prompt_tokens_per_s: float  # batched prompt reading (pass 5)
+    decode_tokens_per_s: float  # raw's completion tokens over raw's wall minus its own prompt reading
+    ratio: float  # the ceiling on tokens_per_s / raw
+    share_reached: float  # the pass's actual ratio over the ceiling
+
+
+def ceiling(raw: Pass, debate: Pass, reading: Pass) -> Ceiling | None:
+    computed = reading.prompt_tokens - reading.reused_prompt_tokens
+    if reading.wall_s <= 0 or computed <= 0 or raw.tokens_per_s <= 0:
+        return None
+    prompt_rate = computed / reading.wall_s
+    decode_wall = raw.wall_s - (raw.prompt_tokens - raw.reused_prompt_tokens) / prompt_rate
+    if decode_wall <= 0:
+        return None
+    decode_rate = raw.completion_tokens / decode_wall
+    best_wall = (debate.completion_tokens / decode_rate
+                 + (debate.prompt_tokens - debate.reused_prompt_tokens) / prompt_rate)
+    ratio = debate.completion_tokens / best_wall / raw.tokens_per_s
+    return Ceiling(prompt_rate, decode_rate, ratio, debate.tokens_per_s / raw.tokens_per_s / ratio)
 
 
 def main(argv=None) -> int:
@@ -109,6 +158,7 @@ def main(argv=None) -> int:
     p.add_argument("--n-ctx", type=int, default=3072)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--speculative", choices=SPECULATIVE_TYPES, help="add pass 4 with this speculative decoding")
+    p.add_argument("--skip-before", action="store_true", help="leave out pass 2 (the old layout)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     in_flight = a.in_flight or max(1, a.parallel // a.n_agents)
@@ -116,16 +166,19 @@ def main(argv=None) -> int:
     kwargs = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
     base = DebateConfig(n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, seed=a.seed)
     after = replace(base, layout="multiturn")
+    after_chats: list = []
     runs = [  # (pass, backend options); each pass on a fresh backend, so no pass starts with another's KV cache
         (lambda b: raw_pass(b, questions, base), {}),
         (lambda b: debate_pass("before: single layout, lockstep rounds", b, questions, replace(base, layout="single"),
                                in_flight, concurrent=False), {}),
-        (lambda b: debate_pass("after: multiturn layout, concurrent debates", b, questions, after, in_flight,
-                               concurrent=True), {}),
+        (lambda b: debate_pass(AFTER, b, questions, after, in_flight, concurrent=True, sent=after_chats), {}),
     ]
+    if a.skip_before:
+        del runs[1]
     if a.speculative:
         runs.append((lambda b: debate_pass(f"after + speculative {a.speculative}", b, questions, after, in_flight,
                                            concurrent=True), {"speculative": a.speculative}))
+    runs.append((lambda b: prompt_pass(b, after_chats), {}))
     passes, drafts = [], None
     for run, options in runs:
         with make_backend(a.llm, **kwargs, **options) as backend:
@@ -136,7 +189,10 @@ def main(argv=None) -> int:
             passes.append(ps)
             if options.get("speculative"):
                 drafts = backend.server_timings
+    reading = passes.pop()  # pass 5 measures a rate; it is no debate pass to rank against raw
     raw = passes[0].tokens_per_s
+    after_pass = next(ps for ps in passes if ps.name == AFTER)
+    limit = ceiling(passes[0], after_pass, reading)
     print(f"{a.llm}: {a.questions} GSM8K questions, V={a.n_agents}, R={a.n_rounds}, {a.max_tokens} max tokens, "
           f"{a.parallel} slots, {in_flight} debates in flight, seed {a.seed}")
     print(f"{'pass':46s} {'calls':>5s} {'wall s':>7s} {'compl tok':>9s} {'tok/s':>6s} {'ratio':>6s} "
@@ -150,6 +206,11 @@ def main(argv=None) -> int:
         if use is not None:
             print(f"  {ps.name}: slot-time {100 * use[0]:.0f} % reading prompts, {100 * use[1]:.0f} % generating, "
                   f"{100 * (1 - sum(use)):.0f} % idle")
+    if limit is not None:
+        print(f"prompt reading: {reading.prompt_tokens - reading.reused_prompt_tokens} tokens in {reading.wall_s:.1f} s "
+              f"= {limit.prompt_tokens_per_s:.0f} tok/s; pure decode {limit.decode_tokens_per_s:.1f} tok/s")
+        print(f"ceiling for after (its computed prompts read at that rate, no idle slot): {limit.ratio:.2f} of raw; "
+              f"after reached {limit.share_reached:.2f} of the ceiling")
     if drafts is not None:
         print(f"speculative {a.speculative}: {drafts.accepted} of {drafts.drafted} draft tokens accepted "
               f"({drafts.acceptance:.2f})")
@@ -158,7 +219,8 @@ def main(argv=None) -> int:
         a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "passes": [
             asdict(ps) | {"tokens_per_s": ps.tokens_per_s, "ratio_to_raw": ps.tokens_per_s / raw if raw else None,
                           "slot_use_prompt_decode": ps.slot_use(a.parallel)}
-            for ps in passes], "draft_tokens": None if drafts is None else {
+            for ps in passes], "prompt_reading": asdict(reading),
+            "ceiling_after": None if limit is None else asdict(limit), "draft_tokens": None if drafts is None else {
                 "drafted": drafts.drafted, "accepted": drafts.accepted}},
             indent=2) + "\n")
     return 1 if any(ps.errors for ps in passes) else 0

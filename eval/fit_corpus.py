@@ -5,7 +5,11 @@
 Split by question (seeded): `--holdout` of the logging-policy questions are held out; the MAD reference debates
 (other questions, full mesh, T 0.7) are all held out too. Every dynamics parameter of dear/llm/sim.py is fitted
 by joint maximum likelihood on the training part (eval.fit_sim.fit_mle: no priors; the start point is only where
-the optimiser begins), and parameters the data cannot identify are listed as such. Completion length
+the optimiser begins), and parameters the data cannot identify are listed as such. Flips are rare in real debates,
+so plain ML can push a logit to its bound (an unseen event called impossible); the fit therefore maximises a
+ridge-penalised likelihood whose strength λ is chosen by `--cv-folds`-fold cross-validation by question on the
+training part among `--ridge-grid` (λ = 0, plain ML, is a candidate and wins ties). The report scores every λ
+on the held-out parts too. Completion length
 (words_base, words_per_temp) is the least-squares fit of completion tokens on temperature.
 
 On the held-out part the report gives:
@@ -85,6 +89,48 @@ def split_by_question(traces: Sequence[dict], holdout: float, seed: int) -> tupl
     n_test = int(round(holdout * len(ids)))
     test = set(ids[:n_test])
     return [t for t in traces if t["question_id"] not in test], [t for t in traces if t["question_id"] in test]
+
+
+def folds_by_question(traces: Sequence[dict], k: int, seed: int) -> list[list[dict]]:
+    """k seeded folds by question id (all debates of a question in one fold), sizes within one question."""
+    ids = sorted({t["question_id"] for t in traces})
+    if k < 2 or len(ids) < k:
+        raise ValueError(f"cross-validation needs 2 <= folds <= questions, got {k} folds for {len(ids)} questions")
+    rng = np.random.default_rng(seed)
+    rng.shuffle(ids)
+    fold_of = {q: i % k for i, q in enumerate(ids)}
+    return [[t for t in traces if fold_of[t["question_id"]] == i] for i in range(k)]
+
+
+# ---------------------------------------------------------------- the penalty, chosen by cross-validation
+@dataclass(frozen=True)
+class RidgeCV:
+    """k-fold cross-validation (by question, on the training part only) of the ridge strength λ."""
+
+    grid: tuple[float, ...]  # ascending: a tie goes to the weaker penalty
+    folds: int
+    transitions: int  # held-out transitions pooled over the folds
+    loglik_per_transition: tuple[float, ...]  # per λ: Σ_folds log P(held-out transitions | round 0) / transitions
+
+    @property
+    def chosen(self) -> float:
+        return self.grid[int(np.argmax(self.loglik_per_transition))]
+
+
+def ridge_by_cv(traces: Sequence[dict], grid: Sequence[float], k: int, seed: int) -> RidgeCV:
+    grid = tuple(sorted(float(x) for x in grid))
+    totals, n = np.zeros(len(grid)), 0
+    for i, held in enumerate(folds_by_question(traces, k, seed)):
+        held_ids = {t["question_id"] for t in held}
+        train = [t for t in traces if t["question_id"] not in held_ids]
+        data = FitData.of(to_records(held, f"fold {i}"))
+        n += len(data.transitions)
+        for g, lam in enumerate(grid):
+            fit = fit_sim.fit_mle(to_records(train, f"fold {i} train"), ridge=lam, standard_errors=False)
+            totals[g] += heldout_loglik(fit.params, data)
+            log.info("ridge CV fold %d/%d, lambda %g: held-out loglik %.2f over %d transitions", i + 1, k, lam,
+                     totals[g], n)
+    return RidgeCV(grid, k, n, tuple(float(x) for x in totals / max(1, n)))
 
 
 # ---------------------------------------------------------------- models evaluated on held-out data
@@ -230,7 +276,10 @@ def length_turns(traces: Sequence[dict]) -> list[tuple[float, int, bool]]:
 
 
 def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_questions: int,
-        command: str) -> dict[str, Any]:
+        command: str, ridge: float | None = None, ridge_grid: Sequence[float] = (0.0, 0.03, 0.3, 3.0),
+        cv_folds: int = 4) -> dict[str, Any]:
+    """Fit on the training part and validate on the held-out parts. `ridge` None: choose it among `ridge_grid`
+    by `cv_folds`-fold cross-validation on the training part (the held-out parts never choose anything)."""
     t0 = time.perf_counter()
     corpus = load_corpus(corpus_dir)
     if not corpus.logging:
@@ -240,7 +289,14 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
         raise SystemExit(f"{PROG}: error: --holdout {holdout} leaves an empty side ({len(train_tr)} train, "
                          f"{len(test_tr)} held-out debates)")
     train = to_records(train_tr, "train")
-    fit = fit_sim.fit_mle(train)
+    cv = None
+    if ridge is None:
+        cv = ridge_by_cv(train_tr, ridge_grid, cv_folds, seed)
+        ridge = cv.chosen
+    fit = fit_sim.fit_mle(train, ridge=ridge)
+    # For the report only: the fit at every other λ of the grid, scored on the held-out parts as well.
+    others = {lam: fit_sim.fit_mle(train, ridge=lam, standard_errors=False).params
+              for lam in (cv.grid if cv else ()) if lam != ridge}
     words = fit_sim.fit_words(length_turns(train_tr))
     fitted = fit.params
     if words.get("identified") and words["words_base"] > 0 and words["words_per_temp"] >= 0:
@@ -259,7 +315,9 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
         ll_rows.append({"set": name, "debates": len(data.records), "transitions": n,
                         "fitted": heldout_loglik(fitted, data) / max(1, n),
                         "default": heldout_loglik(default, data) / max(1, n),
-                        "null": null.loglik(data.transitions) / max(1, n)})
+                        "null": null.loglik(data.transitions) / max(1, n),
+                        "by_ridge": {str(lam): heldout_loglik(fp, data) / max(1, n) for lam, fp in
+                                     sorted({**others, ridge: fitted}.items())}})
         preds = {"fitted": one_step_predictions(fitted, data), "default": one_step_predictions(default, data),
                  "null": np.array([null.p_new_correct(t) for t in data.transitions])}
         calib[name] = calibration(data.transitions, preds)
@@ -276,11 +334,15 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
     out.mkdir(parents=True, exist_ok=True)
     identification = {"estimates": fit.estimates, "se": fit.se, "identified": fit.identified,
                       "not_identified": fit.why_not, "conventions": fit_sim.MLE_CONVENTIONS}
-    fitted.to_json(out / PARAMS_FILE, command=command, corpus=str(corpus_dir), split_seed=seed, holdout=holdout,
+    fitted.to_json(out / PARAMS_FILE, command=command, corpus=str(corpus_dir), split_seed=seed, holdout=holdout, ridge=ridge,
                    n_train_debates=len(train), identification=identification, words=words,
                    fit_info={k: v for k, v in fit.info.items() if k not in ("conventions", "not_identified")})
     result = {"command": command, "corpus": str(corpus_dir), "settings": corpus.settings, "holdout": holdout,
-              "split_seed": seed, "n_train_debates": len(train), "loglik_per_transition": ll_rows,
+              "split_seed": seed, "n_train_debates": len(train), "ridge": ridge,
+              "ridge_cv": None if cv is None else {"grid": list(cv.grid), "folds": cv.folds,
+                                                   "transitions": cv.transitions,
+                                                   "loglik_per_transition": list(cv.loglik_per_transition)},
+              "loglik_per_transition": ll_rows,
               "calibration": calib, "round0": round0, "mad": mad, "identification": identification,
               "null": {"k": null.k, "q": null.q}, "words": words, "params": fitted.to_dict(),
               "seconds": time.perf_counter() - t0}
@@ -292,6 +354,24 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
 # ---------------------------------------------------------------- report
 def _f(x: float, d: int = 3) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def ridge_section(r: dict[str, Any]) -> list[str]:
+    """The penalty: chosen by cross-validation on the training part, then every λ scored on the held-out parts."""
+    lam, cv = r["ridge"], r.get("ridge_cv")
+    head = [f"## Penalty: λ = {lam:g}" + (" (plain maximum likelihood)" if lam == 0 else ""), ""]
+    if cv is None:
+        return head + ["λ was given on the command line (`--ridge`), not chosen by cross-validation."]
+    head += [f"Ridge λ/2·Σθ² on the transition law's logit-scale parameters (`eval.fit_sim.PENALISED`), λ chosen "
+             f"by {cv['folds']}-fold cross-validation by question on the training part ({cv['transitions']} "
+             "held-out transitions pooled); the held-out columns below chose nothing.", "",
+             "| λ | CV log-lik / transition | " + " | ".join(row["set"] for row in r["loglik_per_transition"]) + " |",
+             "|---:|---:|" + "---:|" * len(r["loglik_per_transition"])]
+    for g, ll in zip(cv["grid"], cv["loglik_per_transition"]):
+        held = [_f(row.get("by_ridge", {}).get(str(float(g)))) for row in r["loglik_per_transition"]]
+        mark = " ← chosen" if g == lam else ""
+        head.append(f"| {g:g}{mark} | {_f(ll)} | " + " | ".join(held) + " |")
+    return head
 
 
 def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) -> str:
@@ -309,6 +389,7 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
     for row in r["loglik_per_transition"]:
         lines.append(f"| {row['set']} | {row['debates']} | {row['transitions']} | {_f(row['fitted'])} | "
                      f"{_f(row['default'])} | {_f(row['null'])} |")
+    lines += ["", *ridge_section(r)]
     for name, rows in r["calibration"].items():
         lines += ["", f"## Calibration, {name}", "",
                   "Observed rate with 95 % Wilson interval vs the models' mean one-step predicted rate; ✓ = the fitted "
@@ -351,6 +432,16 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
     return "\n".join(lines) + "\n"
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, help="corpus directory written by python -m eval.corpus")
@@ -358,7 +449,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--holdout", type=float, default=0.2, help="fraction of logging-policy questions held out")
     ap.add_argument("--seed", type=int, default=0, help="split seed (also the simulation seed)")
     ap.add_argument("--sim-questions", type=int, default=300, help="synthetic questions for the simulated MAD")
+    ap.add_argument("--ridge", type=float, default=None,
+                    help="penalty λ on the transition law's logit-scale parameters (0 = plain maximum likelihood); "
+                         "default: chosen by cross-validation among --ridge-grid")
+    ap.add_argument("--ridge-grid", type=_floats, default=(0.0, 0.03, 0.3, 3.0), metavar="L1,L2,...",
+                    help="candidate λ for the cross-validation (default 0,0.03,0.3,3)")
+    ap.add_argument("--cv-folds", type=int, default=4, help="folds (by question) of the cross-validation")
     a = ap.parse_args(argv)
+    if a.ridge is not None and a.ridge < 0:
+        ap.error("--ridge must be >= 0")
+    if any(x < 0 for x in a.ridge_grid):
+        ap.error("--ridge-grid values must be >= 0")
+    if a.cv_folds < 2:
+        ap.error("--cv-folds must be >= 2")
     if not 0.0 < a.holdout < 1.0:
         ap.error("--holdout must be in (0, 1)")
     if a.sim_questions < 1:
@@ -366,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     command = f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     try:
-        run(a.corpus, a.out, a.holdout, a.seed, a.sim_questions, command)
+        run(a.corpus, a.out, a.holdout, a.seed, a.sim_questions, command, ridge=a.ridge, ridge_grid=a.ridge_grid,
+            cv_folds=a.cv_folds)
     except ValueError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
     print((Path(a.out) / "fit_report.md").read_text())

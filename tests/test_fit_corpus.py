@@ -36,8 +36,8 @@ def sim_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fitted(sim_corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("fit")
-    result = fit_corpus.run(sim_corpus, out, holdout=0.2, seed=0, sim_questions=150, command="test")
-    return result, out
+    result = fit_corpus.run(sim_corpus, out, holdout=0.2, seed=0, sim_questions=150, command="test", ridge=0.0)
+    return result, out  # plain ML: does it recover the generating parameters?
 
 
 def test_fit_recovers_the_generating_parameters(fitted):
@@ -150,9 +150,46 @@ def test_not_identified_parameters_are_reported():
     assert "switch_temp" in fit2.why_not  # temperature never varied in MAD
 
 
+def test_ridge_is_chosen_by_cross_validation_on_the_training_part(tmp_path):
+    out = tmp_path / "small-corpus"
+    corpus.main(["--llm", "sim", "--task", "synthetic", "--layout", "single", "--out", str(out),
+                 "--n-logging", "40", "--n-mad", "4"], backend=SimBackend(TRUE, seed=5))
+    result = fit_corpus.run(out, tmp_path / "fit", holdout=0.2, seed=0, sim_questions=20, command="test",
+                            ridge_grid=(3.0, 0.0), cv_folds=2)
+    cv = result["ridge_cv"]
+    assert cv["grid"] == [0.0, 3.0] and cv["folds"] == 2  # ascending: a tie goes to plain ML
+    assert cv["transitions"] == len(fit_sim.transitions(fit_corpus.to_records(
+        fit_corpus.split_by_question(fit_corpus.load_corpus(out).logging, 0.2, 0)[0], "train")))
+    assert result["ridge"] == cv["grid"][int(np.argmax(cv["loglik_per_transition"]))]
+    for row in result["loglik_per_transition"]:  # every λ scored on the held-out parts too
+        assert set(row["by_ridge"]) == {"0.0", "3.0"} and row["by_ridge"][str(result["ridge"])] == row["fitted"]
+    text = (tmp_path / "fit" / "fit_report.md").read_text()
+    assert "## Penalty: λ = " in text and "← chosen" in text
+    assert json.loads((tmp_path / "fit" / fit_corpus.PARAMS_FILE).read_text())["ridge"] == result["ridge"]
+
+
+def test_ridge_shrinks_the_transition_law_and_leaves_round_0_free():
+    recs = fit_sim.simulate(SimBackend(TRUE, seed=2), fit_sim.random_schedules(30, rounds=2, seed=6), 1, seed=3)
+    plain = fit_sim.fit_mle(recs, standard_errors=False)
+    shrunk = fit_sim.fit_mle(recs, ridge=3.0, standard_errors=False)
+    norm = {f.info["ridge"]: sum(v * v for k, v in f.estimates.items() if k in fit_sim.PENALISED)
+            for f in (plain, shrunk)}
+    assert norm[3.0] < norm[0.0]
+    assert all(se is None for se in shrunk.se.values())  # skipped on request
+    assert "difficulty_center" not in fit_sim.PENALISED and "skill_0" not in fit_sim.PENALISED
+    with pytest.raises(ValueError, match="ridge"):
+        fit_sim.fit_mle(recs, ridge=-1.0)
+    with pytest.raises(ValueError, match="folds"):
+        fit_corpus.folds_by_question([{"question_id": "a"}], 2, 0)
+
+
 def test_cli_errors_are_named(tmp_path):
     with pytest.raises(SystemExit):
         fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--holdout", "1.5"])
+    with pytest.raises(SystemExit):
+        fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--ridge-grid", "0,x"])
+    with pytest.raises(SystemExit):
+        fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--cv-folds", "1"])
     with pytest.raises(SystemExit, match="corpus file not found"):
         fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o")])
 
@@ -164,7 +201,8 @@ def test_pipeline_on_a_real_smoke_model_corpus(tmp_path):
     out = tmp_path / "smoke-corpus"
     corpus.main(["--llm", "smoke", "--task", "gsm8k", "--layout", "multiturn", "--out", str(out), "--n-logging", "5",
                  "--n-mad", "2", "--n-rounds", "1", "--max-tokens", "32", "--parallel", "3", "--n-ctx", "2048"])
-    result = fit_corpus.run(out, tmp_path / "fit", holdout=0.4, seed=0, sim_questions=20, command="test")
+    result = fit_corpus.run(out, tmp_path / "fit", holdout=0.4, seed=0, sim_questions=20, command="test",
+                            ridge=0.0)  # 3 questions: too few to cross-validate
     assert result["n_train_debates"] == 3 and result["loglik_per_transition"]
     assert result["identification"]["not_identified"]  # 3 debates cannot identify 14 parameters
     assert (tmp_path / "fit" / "fit_report.md").exists()

@@ -143,6 +143,7 @@ def summarize_episodes(all_episodes: Sequence[EpisodeStats]) -> dict[str, float]
         "rollout/reward_tokens": mean([e.reward_tokens for e in episodes]),
         "rollout/accuracy": mean([float(e.final_correct) for e in episodes]),
         "rollout/round0_accuracy": mean([e.round0_accuracy for e in episodes]),
+        "rollout/round0_tokens_per_question": mean([e.round0_tokens for e in episodes]),
         "rollout/tokens_per_question": mean([e.tokens for e in episodes]),
         "rollout/prompt_tokens_per_question": mean([e.prompt_tokens for e in episodes]),
         "rollout/completion_tokens_per_question": mean([e.completion_tokens for e in episodes]),

@@ -67,6 +67,7 @@ class EpisodeStats:
     mean_top_p: float
     mask_density: float
     error: str | None = None  # why the debate failed (a backend request gave up), None when it finished
+    round0_tokens: int = 0  # prompt + completion tokens of round 0 alone (0 in partial chunks saved before it existed)
 
 
 @dataclass
@@ -113,6 +114,7 @@ def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
         completion_tokens=ep.completion_tokens, tie=ep.tie, failed=ep.failed,
         hcr_num=conf.hcr.num, hcr_den=conf.hcr.den, bcr_num=conf.bcr.num, bcr_den=conf.bcr.den,
         round0_accuracy=round_vote(answers[0], correct[0]).score,
+        round0_tokens=sum(t.prompt_tokens + t.completion_tokens for t in ep.trace.rounds[0]),
         mean_temperature=float(np.mean(temps)) if temps.size else math.nan,
         mean_top_p=float(np.mean(tops)) if tops.size else math.nan, mask_density=density, error=ep.error,
     )

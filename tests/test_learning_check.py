@@ -1,0 +1,61 @@
+"""train.learning_check: the rows, their synthetic labels, the train-split choice of the best fixed policy and
+resuming row by row (tiny sizes on the sim backend; all numbers synthetic)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from train import learning_check as lc
+from train.config import load_config
+from train.happo import evaluate
+
+TINY = ["run.iterations=1", "rollout.episodes_per_iter=8", "rollout.envs_per_worker=8"]
+
+
+def _main(out, *extra):
+    return lc.main(["--config", "sim-stylised", "--seeds", "1", "--out", str(out), "--episodes", "16",
+                    "--select-episodes", "8", "--grid-p", "0,1", "--grid-t", "0.1", "--grid-top-p", "0.9",
+                    *extra, *TINY])
+
+
+def test_rows_labels_and_resume(tmp_path, capsys):
+    out = tmp_path / "check"
+    assert _main(out) == 0
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert [r["key"] for r in rows] == ["round0", "mad", "best-fixed", "dear-1"]
+    assert all(r["name"].endswith("(synthetic)") and r["episodes"] == 16 for r in rows)
+    best = rows[2]
+    assert [s["policy"] for s in best["train_scores"]] == ["p=0, T=0.1, top-p=0.9", "p=1, T=0.1, top-p=0.9"]
+    chosen = max(best["train_scores"], key=lambda s: (s["accuracy"], -s["tokens_per_question"]))
+    assert best["detail"] == chosen["policy"]
+    assert rows[0]["tokens_per_question"] < rows[1]["tokens_per_question"]  # round 0 alone costs less than MAD
+    with open(out / "rows.csv") as f:
+        table = list(csv.DictReader(f))
+    assert {r["synthetic"] for r in table} == {"true"} and table[-1]["name"].startswith("DEAR, mean of 1 seeds")
+    assert "SYNTHETIC" in (out / "table.md").read_text() and "SYNTHETIC" in capsys.readouterr().out
+    # the same command continues: nothing is rerun, nothing appended
+    before = (out / "rows.jsonl").read_text()
+    assert _main(out) == 0 and (out / "rows.jsonl").read_text() == before
+    with pytest.raises(SystemExit, match="episodes"):  # other settings are refused, naming the key
+        _main(out, "--episodes", "8")
+
+
+def test_mad_row_is_the_full_mesh_at_the_configs_sampling(tmp_path):
+    cfg = load_config("sim-stylised", TINY)
+    a = evaluate(cfg, lc.fixed_policy(cfg, lc.mad(cfg)), 16, seed=3, split="test")
+    from train.happo import mad_policy
+
+    b = evaluate(cfg, mad_policy(cfg), 16, seed=3, split="test")
+    assert a["rollout/accuracy"] == b["rollout/accuracy"] and a["rollout/mask_density"] == 1.0
+    nobody = evaluate(cfg, lc.fixed_policy(cfg, lc.FixedPolicy(0.0, 0.4, 0.9)), 16, seed=3, split="test")
+    assert nobody["rollout/mask_density"] == 0.0 and nobody["rollout/mean_temperature"] == pytest.approx(0.4)
+
+
+def test_bad_arguments_are_named(tmp_path):
+    with pytest.raises(SystemExit):
+        lc.main(["--out", str(tmp_path), "--grid-p", "1.5"])
+    with pytest.raises(SystemExit):
+        lc.main(["--out", str(tmp_path), "--seeds", "x"])
