@@ -5,6 +5,7 @@ The traceback appears only with -v/--verbose. `python -m X` modules end with
 
 from __future__ import annotations
 
+import argparse
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -41,3 +42,19 @@ def exit_code(main: Callable[[], object], prog: str, *,
 def run(main: Callable[[], object], prog: str, **kwargs) -> None:
     """`sys.exit(exit_code(main, prog, ...))`: the `__main__` block of every CLI."""
     sys.exit(exit_code(main, prog, **kwargs))
+
+
+def comma_list(kind: Callable[[str], object] = float) -> Callable[[str], tuple]:
+    """An argparse `type` that reads "a,b,c" as a tuple of `kind(...)` values (at least one), naming bad text."""
+
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            name = getattr(kind, "__name__", "value")
+            raise argparse.ArgumentTypeError(f"expected comma-separated {name} values, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
+        return values
+
+    return parse

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
+from dear.cli import comma_list
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
 from dear.debate.protocols import MADProtocol
@@ -432,16 +433,6 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
     return "\n".join(lines) + "\n"
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, help="corpus directory written by python -m eval.corpus")
@@ -452,7 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ridge", type=float, default=None,
                     help="penalty λ on the transition law's logit-scale parameters (0 = plain maximum likelihood); "
                          "default: chosen by cross-validation among --ridge-grid")
-    ap.add_argument("--ridge-grid", type=_floats, default=(0.0, 0.03, 0.3, 3.0), metavar="L1,L2,...",
+    ap.add_argument("--ridge-grid", type=comma_list(float), default=(0.0, 0.03, 0.3, 3.0),
+                    metavar="L1,L2,...",
                     help="candidate λ for the cross-validation (default 0,0.03,0.3,3)")
     ap.add_argument("--cv-folds", type=int, default=4, help="folds (by question) of the cross-validation")
     a = ap.parse_args(argv)

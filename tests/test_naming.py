@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dear.cli import exit_code
+from dear.cli import comma_list, exit_code
 from dear.deprecation import rename_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +81,16 @@ def test_a_user_error_is_one_line_and_exit_2(capsys):
     assert err == "python -m x: error: --n must be >= 1\n"
     assert exit_code(_fails(FileNotFoundError("no such file: a.yaml")), "python -m x", argv=[]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_comma_lists_name_the_bad_text():
+    import argparse
+
+    assert comma_list(float)("0, 0.5,1") == (0.0, 0.5, 1.0) and comma_list(int)("3") == (3,)
+    with pytest.raises(argparse.ArgumentTypeError, match="comma-separated int values, got '1,x'"):
+        comma_list(int)("1,x")
+    with pytest.raises(argparse.ArgumentTypeError, match="at least one"):
+        comma_list(float)(" , ")
 
 
 def test_the_traceback_only_with_verbose_and_other_codes_on_request(capsys):

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dear.cli import comma_list
 from dear.cli import run as run_cli
 from dear.policy import JointPolicy
 from train.build import policy_config
@@ -211,39 +212,25 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
 
 
 # ---------------------------------------------------------------- CLI
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="sim", help="train config name or path (default: sim)")
-    ap.add_argument("--seeds", type=_ints, default=(1, 2, 3), help="training seeds of DEAR (default 1,2,3)")
+    ap.add_argument("--seeds", type=comma_list(int), default=(1, 2, 3),
+                    help="training seeds of DEAR (default 1,2,3)")
     ap.add_argument("--out", type=Path, required=True, help="output directory (continued if it exists)")
     ap.add_argument("--episodes", type=int, default=256, help="test-split debates per row")
     ap.add_argument("--eval-seed", type=int, default=99)
-    ap.add_argument("--grid-p", type=_floats, default=(0.0, 0.5, 1.0), help="fixed policies' pair probabilities")
-    ap.add_argument("--grid-t", type=_floats, default=(0.1, 0.4, 0.7, 1.0), help="fixed policies' temperatures")
-    ap.add_argument("--grid-top-p", type=_floats, default=(0.5, 0.9), help="fixed policies' top-p values")
+    ap.add_argument("--grid-p", type=comma_list(float), default=(0.0, 0.5, 1.0),
+                    help="fixed policies' pair probabilities")
+    ap.add_argument("--grid-t", type=comma_list(float), default=(0.1, 0.4, 0.7, 1.0),
+                    help="fixed policies' temperatures")
+    ap.add_argument("--grid-top-p", type=comma_list(float), default=(0.5, 0.9),
+                    help="fixed policies' top-p values")
     ap.add_argument("--select-episodes", type=int, default=256, help="train-split debates per grid point")
     ap.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. run.iterations=10")
     a = ap.parse_args(argv)
     if a.episodes < 1 or a.select_episodes < 1:
         ap.error("--episodes and --select-episodes must be >= 1")
-    if not a.seeds:
-        ap.error("--seeds: give at least one seed")
-    if not (a.grid_p and a.grid_t and a.grid_top_p):
-        ap.error("--grid-p, --grid-t and --grid-top-p need at least one value each")
     if any(not 0 <= p <= 1 for p in a.grid_p):
         ap.error("--grid-p values must be in [0, 1]")
     grid = [FixedPolicy(p, t, q) for p, t, q in itertools.product(a.grid_p, a.grid_t, a.grid_top_p)]
