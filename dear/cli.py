@@ -6,7 +6,9 @@ The traceback appears only with -v/--verbose. `python -m X` modules end with
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 
@@ -39,9 +41,32 @@ def exit_code(main: Callable[[], object], prog: str, *,
     return code if isinstance(code, int) else 0  # a main() may return its results: success
 
 
+STOPPED = 130  # exit code of a job stopped by SIGINT / SIGTERM after its cleanup ran (128 + SIGINT)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def stop_on_signals() -> None:
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, so a job's `finally` blocks run and it
+    keeps what finished. Needed for SIGINT too: a job started in the background by a non-interactive shell
+    inherits SIGINT ignored, Python then installs no handler, and `kill -INT` does nothing at all."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
 def run(main: Callable[[], object], prog: str, **kwargs) -> None:
-    """`sys.exit(exit_code(main, prog, ...))`: the `__main__` block of every CLI."""
-    sys.exit(exit_code(main, prog, **kwargs))
+    """The `__main__` block of every CLI: `sys.exit(exit_code(main, prog, ...))`, with SIGINT and SIGTERM
+    raising KeyboardInterrupt (`stop_on_signals`); a stopped job exits with STOPPED after its cleanup."""
+    stop_on_signals()
+    try:
+        code = exit_code(main, prog, **kwargs)
+    except KeyboardInterrupt:
+        print(f"{prog}: stopped", file=sys.stderr)
+        code = STOPPED
+    sys.exit(code)
 
 
 def comma_list(kind: Callable[[str], object] = float) -> Callable[[str], tuple]:

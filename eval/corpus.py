@@ -19,8 +19,9 @@ Layout of `--out`: `settings.json` (guarded: a resumed run must use the same set
 gzip member per finished debate, each one JSON line `{"kind", "layout", "policy", "trace"}`; `trace` is a full
 DebateTrace: every prompt, completion, parsed answer, mask, temperature, top-p and token count) and
 `PROVENANCE.md` (rewritten at the end of each run). Debates run with `DebateEngine.run_concurrent` and are
-appended as each finishes: a stop loses at most the debates in flight (a member cut by a kill is dropped when
-the file is next opened), and the same command continues. Failed debates are not recorded, so they are redone.
+appended as each finishes. SIGINT or SIGTERM (`dear.cli.run`, also for a job started in the background) starts no
+new debate, lets the ones in flight finish and be kept, and writes PROVENANCE.md; a harder kill loses at most the
+debates in flight (a member it cut is dropped when the file is next opened). The same command continues. Failed debates are not recorded, so they are redone.
 """
 
 from __future__ import annotations
