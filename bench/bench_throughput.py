@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from dear import tasks  # noqa: E402
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts  # noqa: E402
 from dear.deprecation import add_renamed_flags  # noqa: E402
-from dear.llm.base import Backend, ChatRequest  # noqa: E402
+from dear.llm.base import Backend, ChatMessage, ChatRequest  # noqa: E402
 from dear.llm.local import SPECULATIVE_TYPES  # noqa: E402
 from dear.llm.registry import make_backend  # noqa: E402
 
@@ -110,8 +110,9 @@ def debate_pass(name: str, backend: Backend, questions, config: DebateConfig, in
 
 def prompt_pass(backend: Backend, chats: list) -> Pass:
     """The given chats, one token each, in one batch call without sessions: the batched prompt-reading rate."""
-    requests = [ChatRequest(messages=tuple(m), temperature=0.0, top_p=1.0, max_tokens=1, seed=k)
-                for k, m in enumerate(chats)]
+    requests = [ChatRequest(messages=tuple(ChatMessage(m["role"], m["content"]) for m in chat), temperature=0.0,
+                            top_p=1.0, max_tokens=1, seed=k)
+                for k, chat in enumerate(chats)]
     t0 = time.perf_counter()
     out = backend.generate(requests)
     return Pass("prompt reading (pass 3's prompts, 1 token each)", len(requests), time.perf_counter() - t0,
