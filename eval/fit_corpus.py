@@ -418,7 +418,8 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
                          f"{m['tokens_per_question']:.0f} | {m['completion_tokens_per_question']:.0f} |")
     ident = r["identification"]
     lines += ["", "## Parameters", "", "Estimates on the optimisation scale with standard errors from the observed "
-              "information; 'no' = not identified by these data (reason below).", "",
+              "information (of the penalised objective when λ > 0: the penalty's curvature is included, so they are "
+              "smaller than plain ML's); 'no' = not identified by these data (reason below).", "",
               "| parameter | estimate | s.e. | identified |", "|---|---:|---:|---|"]
     for n, v in ident["estimates"].items():
         lines.append(f"| {n} | {v:.3f} | {_f(ident['se'][n])} | {'yes' if ident['identified'][n] else 'no'} |")

@@ -150,6 +150,25 @@ def test_a_stop_during_run_concurrent_finishes_debates_in_flight_and_starts_no_q
     assert eng.stats.requests <= 4 * 3 * 3
 
 
+def test_sigint_to_the_main_thread_during_run_concurrent_starts_no_queued_debate():
+    """The real stop: SIGINT arrives in the main thread, which waits on the debates; queued ones are cancelled."""
+    import signal
+    import threading
+
+    qs = tasks.load("synthetic", n=12, seed=2)
+    eng = _sim_engine("multiturn")
+    done = []
+
+    def interrupt_after_first(debate):
+        done.append(debate)
+        if len(done) == 1:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        eng.run_concurrent(qs, MADProtocol(3, 2), max_in_flight=2, on_done=interrupt_after_first)
+    assert 1 <= len(done) <= 4 and eng.stats.requests <= 4 * 3 * 3
+
+
 def test_slot_affinity_keeps_sessions_and_evicts_the_least_recently_used():
     slots = SlotAffinity(2)
     a = slots.acquire("a")

@@ -12,7 +12,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -426,8 +426,19 @@ class DebateEngine:
                 on_done(debate)
             return debate
 
+        # A stop (KeyboardInterrupt in the main thread, or raised by `on_done` in a worker) cancels every queued
+        # debate at once; the `with` then waits for the ones in flight, whose `on_done` still runs.
         with ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="debate") as pool:
-            return list(pool.map(one, range(len(questions))))
+            futures = [pool.submit(one, k) for k in range(len(questions))]
+            try:
+                finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f.exception() for f in futures if f in finished and f.exception() is not None]
+                if failed:
+                    raise failed[0]
+                return [f.result() for f in futures]
+            finally:
+                for f in futures:
+                    f.cancel()
 
     # ------------------------------------------------------------ internals
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
