@@ -132,9 +132,21 @@ def test_run_concurrent_matches_run_and_overlaps_debates():
         eng.run_concurrent(qs, MADProtocol(3, 2), max_in_flight=0)
 
 
-def test_a_stop_during_run_concurrent_finishes_debates_in_flight_and_starts_no_queued_one():
-    """A stop (Ctrl-C; here raised when the first debate ends) waits for the debates in flight, whose `on_done`
-    still records them, but starts none of the queued ones (`Executor.map` cancels them)."""
+def _raise_interrupt():
+    raise KeyboardInterrupt
+
+
+def _sigint_to_main_thread():  # the real stop: SIGINT arrives in the main thread, which waits on the debates
+    import signal
+    import threading
+
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+@pytest.mark.parametrize("stop", [_raise_interrupt, _sigint_to_main_thread], ids=["in-on_done", "sigint"])
+def test_a_stop_during_run_concurrent_finishes_debates_in_flight_and_starts_no_queued_one(stop):
+    """A stop when the first debate ends (raised by its `on_done`, or Ctrl-C reaching the main thread) waits for
+    the debates in flight, whose `on_done` still records them, but starts none of the queued ones."""
     qs = tasks.load("synthetic", n=12, seed=2)
     eng = _sim_engine("multiturn")
     done = []
@@ -142,31 +154,12 @@ def test_a_stop_during_run_concurrent_finishes_debates_in_flight_and_starts_no_q
     def stop_after_first(debate):
         done.append(debate)
         if len(done) == 1:
-            raise KeyboardInterrupt
+            stop()
 
     with pytest.raises(KeyboardInterrupt):
         eng.run_concurrent(qs, MADProtocol(3, 2), max_in_flight=2, on_done=stop_after_first)
     assert 1 <= len(done) <= 4  # the first, those in flight with it, at most one each worker took meanwhile
     assert eng.stats.requests <= 4 * 3 * 3
-
-
-def test_sigint_to_the_main_thread_during_run_concurrent_starts_no_queued_debate():
-    """The real stop: SIGINT arrives in the main thread, which waits on the debates; queued ones are cancelled."""
-    import signal
-    import threading
-
-    qs = tasks.load("synthetic", n=12, seed=2)
-    eng = _sim_engine("multiturn")
-    done = []
-
-    def interrupt_after_first(debate):
-        done.append(debate)
-        if len(done) == 1:
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-    with pytest.raises(KeyboardInterrupt):
-        eng.run_concurrent(qs, MADProtocol(3, 2), max_in_flight=2, on_done=interrupt_after_first)
-    assert 1 <= len(done) <= 4 and eng.stats.requests <= 4 * 3 * 3
 
 
 def test_slot_affinity_keeps_sessions_and_evicts_the_least_recently_used():
