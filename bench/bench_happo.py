@@ -43,8 +43,8 @@ def _update_batch(policy, v: int, t: int, e: int) -> RolloutBatch:
 
 
 def time_update(device: str, n_transitions: int = 4096, repeats: int = 3) -> list[float]:
-    """Wall times of `repeats` HAPPO updates (configs/sim.yaml settings) on `device`, after one warm-up."""
-    cfg = load_config("sim")
+    """Wall times of `repeats` HAPPO updates (configs/sim-stylised.yaml settings) on `device`, after one warm-up."""
+    cfg = load_config("sim-stylised")
     v, t = cfg.env.n_agents, cfg.env.n_rounds
     torch.set_num_threads(cfg.run.torch_threads)
     policy = make_policy(cfg)
@@ -63,7 +63,7 @@ def time_update(device: str, n_transitions: int = 4096, repeats: int = 3) -> lis
 
 
 def bench_update(n_transitions: int = 4096, repeats: int = 3) -> None:
-    cfg = load_config("sim")
+    cfg = load_config("sim-stylised")
     times = time_update("cpu", n_transitions, repeats)
     h = cfg.happo
     print(f"HAPPO update, {n_transitions} transitions ({h.update_epochs} epochs x {h.num_minibatches} minibatches, "
@@ -79,7 +79,7 @@ def bench_update_devices(n_transitions: int = 4096, repeats: int = 5) -> None:
         gpu_text = f"cuda ({torch.cuda.get_device_name()}) {gpu:.3f} s ({cpu / gpu:.1f}x)"
     else:
         gpu_text = "cuda: no GPU (torch.cuda.is_available() is False)"
-    print(f"HAPPO update, {n_transitions} transitions, configs/sim.yaml settings, median of {repeats}: "
+    print(f"HAPPO update, {n_transitions} transitions, configs/sim-stylised.yaml settings, median of {repeats}: "
           f"cpu {cpu:.3f} s | {gpu_text}")
 
 
@@ -90,7 +90,7 @@ def bench_sim_rollouts(episodes: int = 256, envs_per_worker: int = 64) -> None:
 
     results = {}
     for workers in (1, 2):
-        cfg = load_config("sim", [f"rollout.num_workers={workers}", f"rollout.envs_per_worker={envs_per_worker}",
+        cfg = load_config("sim-stylised", [f"rollout.num_workers={workers}", f"rollout.envs_per_worker={envs_per_worker}",
                                   f"rollout.episodes_per_iter={episodes}", "rollout.worker_num_cpus=0.5"])
         pool = RayPool(cfg)
         weights = make_policy(cfg).state_dict()

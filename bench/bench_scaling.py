@@ -74,12 +74,12 @@ def start_latency_server(port: int, ms_per_token: float, tokens: int) -> subproc
 def make_config(url: str, workers: int, episodes: int, envs_per_worker: int, max_tokens: int):
     from train.config import load_config
 
-    cfg = load_config("sim", [
+    cfg = load_config("sim-stylised", [
         "llm.preset=openai", f"llm.url={url}", f"llm.max_tokens={max_tokens}", "env.encoder=hashing",
         f"rollout.num_workers={workers}", f"rollout.envs_per_worker={envs_per_worker}",
         f"rollout.episodes_per_iter={episodes}", "rollout.worker_num_cpus=0.1", "rollout.engine_num_cpus=0.1",
         "llm.placement=engine"])
-    cfg.llm.options = {"max_concurrency": 64}  # sim.yaml's options are the sim's; the HTTP client gets its own
+    cfg.llm.options = {"max_concurrency": 64}  # sim-stylised.yaml's options are the sim's; the HTTP client gets its own
     return cfg
 
 

@@ -66,6 +66,11 @@ class Pass:
     def tokens_per_s(self) -> float:
         return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def computed_prompt_tokens(self) -> int:
+        """Prompt tokens the server read (not taken from its KV cache)."""
+        return self.prompt_tokens - self.reused_prompt_tokens
+
     def slot_use(self, n_slots: int) -> tuple[float, float] | None:
         """(share of slot-time reading prompts, share generating) over wall time x slots; None without timings."""
         if self.prompt_slot_s is None or self.decode_slot_s is None or self.wall_s <= 0:
@@ -131,16 +136,16 @@ class Ceiling:
 
 
 def ceiling(raw: Pass, debate: Pass, reading: Pass) -> Ceiling | None:
-    computed = reading.prompt_tokens - reading.reused_prompt_tokens
+    computed = reading.computed_prompt_tokens
     if reading.wall_s <= 0 or computed <= 0 or raw.tokens_per_s <= 0:
         return None
     prompt_rate = computed / reading.wall_s
-    decode_wall = raw.wall_s - (raw.prompt_tokens - raw.reused_prompt_tokens) / prompt_rate
+    decode_wall = raw.wall_s - raw.computed_prompt_tokens / prompt_rate
     if decode_wall <= 0:
         return None
     decode_rate = raw.completion_tokens / decode_wall
     best_wall = (debate.completion_tokens / decode_rate
-                 + (debate.prompt_tokens - debate.reused_prompt_tokens) / prompt_rate)
+                 + debate.computed_prompt_tokens / prompt_rate)
     ratio = debate.completion_tokens / best_wall / raw.tokens_per_s
     return Ceiling(prompt_rate, decode_rate, ratio, debate.tokens_per_s / raw.tokens_per_s / ratio)
 
@@ -201,14 +206,14 @@ def main(argv=None) -> int:
     for ps in passes:
         print(f"{ps.name:46s} {ps.calls:5d} {ps.wall_s:7.1f} {ps.completion_tokens:9d} {ps.tokens_per_s:6.1f} "
               f"{ps.tokens_per_s / raw if raw else 0:6.2f} "
-              f"{ps.prompt_tokens - ps.reused_prompt_tokens:>11d}/{ps.reused_prompt_tokens:<11d} {ps.errors:6d}")
+              f"{ps.computed_prompt_tokens:>11d}/{ps.reused_prompt_tokens:<11d} {ps.errors:6d}")
     for ps in passes:  # where the gap to raw goes: slots reading prompts, or idle (waiting at a round's end)
         use = ps.slot_use(a.parallel)
         if use is not None:
             print(f"  {ps.name}: slot-time {100 * use[0]:.0f} % reading prompts, {100 * use[1]:.0f} % generating, "
                   f"{100 * (1 - sum(use)):.0f} % idle")
     if limit is not None:
-        print(f"prompt reading: {reading.prompt_tokens - reading.reused_prompt_tokens} tokens in {reading.wall_s:.1f} s "
+        print(f"prompt reading: {reading.computed_prompt_tokens} tokens in {reading.wall_s:.1f} s "
               f"= {limit.prompt_tokens_per_s:.0f} tok/s; pure decode {limit.decode_tokens_per_s:.1f} tok/s")
         print(f"ceiling for after (its computed prompts read at that rate, no idle slot): {limit.ratio:.2f} of raw; "
               f"after reached {limit.share_reached:.2f} of the ceiling")

@@ -83,6 +83,16 @@ class ExportedPolicy:
         value = training.get("n_rounds", training.get("rounds"))
         return None if value is None else int(value)
 
+    @property
+    def answer_aware(self) -> float:
+        """Weight of parsed-answer agreement in the evidence the policy was trained on (0: the paper's e_ij)."""
+        return float(self.manifest.get("training", {}).get("answer_aware") or 0.0)
+
+    @property
+    def silent(self) -> bool:
+        """Trained with silent turns: an agent that reads nobody keeps its answer without a model call."""
+        return bool(self.manifest.get("training", {}).get("silent", False))
+
 
 def _run_setting(section: dict[str, Any], key: str, old_key: str, default: Any = KeyError) -> Any:
     """A run config.yaml value under its current key, or under the name it had before issue 16's renames."""
@@ -252,6 +262,12 @@ def _verified_checkpoint(ckpt: Path) -> None:
               file=sys.stderr)
 
 
+def _sim_params_setting(llm: dict[str, Any]) -> Any:
+    """Where a sim run's parameters came from: its `params_file` (a fitted world), else its `params` overrides."""
+    options = llm.get("options") or {}
+    return options.get("params_file") or options.get("params")
+
+
 def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Export the actors of a trainer checkpoint (its config.yaml gives V, ranges, fusion, encoder) after
     verifying the checkpoint's checksums."""
@@ -294,7 +310,9 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
     training = {"checkpoint": str(ckpt), "iteration": state.get("counters", {}).get("iteration"),
                 "task": env.get("task"), "split": env.get("split"), "llm": spec, "synthetic": synthetic,
                 "n_rounds": _run_setting(env, "n_rounds", "rounds", None), "token_cost": env.get("token_cost"),
-                "layout": env.get("layout")}  # None: a run from before the layout setting
+                "layout": env.get("layout"),  # None: a run from before the layout setting
+                "silent": bool(env.get("silent", False)), "answer_aware": float(env.get("answer_aware", 0.0)),
+                "sim_params": _sim_params_setting(llm) if synthetic else None}
     return export_policy(policy, out_dir, encoder, training, force=force)
 
 

@@ -76,7 +76,8 @@ class RegulatedDebater:
                         self.exported.path)
         self.config = DebateConfig(n_agents=self.exported.n_agents,
                                    n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
-                                   temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed)
+                                   temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
+                                   silent=self.exported.silent)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
         self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)
         self.encoder = make_encoder(self.encoder_spec)
@@ -88,7 +89,7 @@ class RegulatedDebater:
     def protocol(self) -> RegulatedProtocol:
         """A fresh regulated protocol with this debater's policy, encoder and config (records per debate id)."""
         return RegulatedProtocol(policy=self.exported.policy, encoder=self.encoder, config=self.config,
-                                 deterministic=True, name="dear")
+                                 deterministic=True, name="dear", answer_aware=self.exported.answer_aware)
 
     def run(self, questions: Sequence[Question], on_round=None) -> list[InferenceResult]:
         """Debate all questions together (each round is one batched backend call)."""

@@ -25,7 +25,7 @@ import torch
 
 from dear.belief import opinions
 from dear.debate.engine import Debate, DebateConfig, RoundControl
-from dear.evidence import Encoder, pairwise_evidence
+from dear.evidence import Encoder, answer_aware_evidence, pairwise_evidence
 from dear.policy import JointPolicy, selection_observation
 from dear.vote import tally
 
@@ -61,9 +61,10 @@ def _answer_features(keys: Sequence[str | None]) -> tuple[float, float, float, l
     return t.top / n, len(t.counts) / n, sum(k is None for k in keys) / n, agrees
 
 
-def observe(debates: Sequence[Debate], encoder: Encoder) -> BeliefObservation:
+def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0) -> BeliefObservation:
     """Encode every agent's reasoning and conclusion of each debate's last round (ONE encode call) and
-    turn them into beliefs, the selection observation and the critic state."""
+    turn them into beliefs, the selection observation and the critic state. `answer_aware` > 0 mixes into e_ij
+    whether the two agents' parsed answers agree (dear.evidence.answer_aware_evidence; 0 = the paper's e_ij)."""
     if not debates:
         raise ValueError("observe: no debates given")
     n_agents = debates[0].n_agents
@@ -80,6 +81,8 @@ def observe(debates: Sequence[Debate], encoder: Encoder) -> BeliefObservation:
     emb = torch.from_numpy(np.asarray(encoder.encode(texts), dtype=np.float32))
     emb = emb.reshape(len(debates), 2, n_agents, -1)
     e = pairwise_evidence(emb[:, 0], emb[:, 1])
+    if answer_aware > 0:
+        e = answer_aware_evidence(e, [d.answer_keys for d in debates], answer_aware)
     op = opinions(e)
     b, u = op.b.float(), op.u.float()
 
@@ -153,6 +156,7 @@ class RegulatedProtocol:
     config: DebateConfig = field(default_factory=DebateConfig)
     deterministic: bool = True
     name: str = "dear"
+    answer_aware: float = 0.0  # the evidence the policy was trained on (manifest "answer_aware"; 0 = the paper's)
     records: dict[str, list[RegulatorRecord]] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -167,7 +171,7 @@ class RegulatedProtocol:
         return self.config.n_rounds
 
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
-        obs = observe(debates, self.encoder)
+        obs = observe(debates, self.encoder, self.answer_aware)
         act = self.policy.act(obs.selection_obs, obs.b, obs.u, deterministic=self.deterministic)
         for k, d in enumerate(debates):
             self.records.setdefault(d.debate_id, []).append(

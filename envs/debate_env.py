@@ -72,6 +72,8 @@ class DebateEnvConfig:
     shaping_coef: float = 0.1
     shaping_gamma: float = 1.0  # γ of the shaping term F = γΦ(s') - Φ(s); the trainer's discount
     layout: str = DebateConfig.layout  # exchange-round prompt layout (dear/debate/prompts.py LAYOUTS)
+    silent: bool = False  # an agent that reads nobody keeps its answer without a model call (DebateConfig.silent)
+    answer_aware: float = 0.0  # weight of parsed-answer agreement in e_ij (regulator.observe); 0 = the paper's
     seed: int = 0  # seeds question loading and the engine's per-request seeds
 
     def __post_init__(self):
@@ -91,6 +93,9 @@ class DebateEnvConfig:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if isinstance(self.answer_aware, bool) or not 0.0 <= float(self.answer_aware) <= 1.0:
+            raise ValueError(f"answer_aware must be a weight in [0, 1], got {self.answer_aware!r}")
+        self.answer_aware = float(self.answer_aware)
 
 
     @classmethod
@@ -185,6 +190,7 @@ class DebateCore:
                 max_tokens=cfg.max_tokens,
                 seed=cfg.seed,
                 layout=cfg.layout,
+                silent=bool(cfg.silent),
             ),
         )
         v = cfg.n_agents
@@ -280,7 +286,7 @@ class DebateCore:
 
     def observe(self, debates: Sequence[Debate]) -> tuple[list[dict[str, np.ndarray]], BeliefObservation]:
         """Per-debate observation dicts (float32, clipped into the [0, 1] boxes against rounding)."""
-        bo = observe(debates, self.encoder)
+        bo = observe(debates, self.encoder, self.config.answer_aware)
         arrays = {
             "selection": bo.selection_obs.numpy(),
             "belief": bo.b.numpy(),
@@ -383,6 +389,8 @@ class DebateEnv(gym.Env):
         shaping_coef: float = 0.1,
         shaping_gamma: float = 1.0,
         layout: str = DebateConfig.layout,
+        silent: bool = False,
+        answer_aware: float = 0.0,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,

@@ -73,6 +73,8 @@ class DebateVectorEnv(VectorEnv):
         shaping_coef: float = 0.1,
         shaping_gamma: float = 1.0,
         layout: str = DebateConfig.layout,
+        silent: bool = False,
+        answer_aware: float = 0.0,
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,

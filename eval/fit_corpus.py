@@ -10,7 +10,9 @@ so plain ML can push a logit to its bound (an unseen event called impossible); t
 ridge-penalised likelihood whose strength λ is chosen by `--cv-folds`-fold cross-validation by question on the
 training part among `--ridge-grid` (λ = 0, plain ML, is a candidate and wins ties). The report scores every λ
 on the held-out parts too. Completion length
-(words_base, words_per_temp) is the least-squares fit of completion tokens on temperature.
+(words_base, words_per_temp) is the least-squares fit of completion tokens on temperature; the token counters
+(prompt_chars_per_token, text_chars_per_token) are ratios of sums over the training turns, so a sim text counts
+in a later prompt about what a real completion of its length counts.
 
 On the held-out part the report gives:
 - log-likelihood per transition, log P(transitions | round 0) / #transitions, with the question difficulty
@@ -304,6 +306,12 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
         fitted = replace(fitted, words_base=words["words_base"], words_per_temp=words["words_per_temp"])
     else:
         fit.why_not["words_base / words_per_temp"] = f"length fit unusable: {words}"
+    chars = fit_sim.fit_chars_per_token([t for tr in train_tr for turns in tr["rounds"] for t in turns])
+    if chars["identified"]:
+        fitted = replace(fitted, prompt_chars_per_token=chars["prompt_chars_per_token"],
+                         text_chars_per_token=chars["text_chars_per_token"])
+    else:
+        fit.why_not["prompt_chars_per_token / text_chars_per_token"] = f"no usable turns: {chars}"
     default = SimParams()
     null = NullModel.fit(fit_sim.transitions(train))
     held = {"logging (held out)": test_tr, "MAD (all)": corpus.mad}
@@ -337,6 +345,7 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
                       "not_identified": fit.why_not, "conventions": fit_sim.MLE_CONVENTIONS}
     fitted.to_json(out / PARAMS_FILE, command=command, corpus=str(corpus_dir), split_seed=seed, holdout=holdout, ridge=ridge,
                    n_train_debates=len(train), identification=identification, words=words,
+                   chars_per_token=chars,
                    fit_info={k: v for k, v in fit.info.items() if k not in ("conventions", "not_identified")})
     result = {"command": command, "corpus": str(corpus_dir), "settings": corpus.settings, "holdout": holdout,
               "split_seed": seed, "n_train_debates": len(train), "ridge": ridge,
@@ -345,7 +354,8 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
                                                    "loglik_per_transition": list(cv.loglik_per_transition)},
               "loglik_per_transition": ll_rows,
               "calibration": calib, "round0": round0, "mad": mad, "identification": identification,
-              "null": {"k": null.k, "q": null.q}, "words": words, "params": fitted.to_dict(),
+              "null": {"k": null.k, "q": null.q}, "words": words, "chars_per_token": chars,
+              "params": fitted.to_dict(),
               "seconds": time.perf_counter() - t0}
     (out / "fit_report.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
     (out / "fit_report.md").write_text(report_markdown(result, fitted, default))
@@ -413,6 +423,11 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
                   "Simulated: engine + SimBackend, MAD on synthetic test questions (same V, R, max tokens, layout).", "",
                   "| source | n | accuracy [95 % CI] | tokens / question | completion tokens / question |",
                   "|---|---:|---|---:|---:|"]
+        if "chars_per_token" in r and r["chars_per_token"].get("identified"):
+            c = r["chars_per_token"]
+            lines[-3:-3] = [f"Token counters fitted on {c['n']} training turns: {c['prompt_chars_per_token']:.2f} "
+                            f"prompt characters and {c['text_chars_per_token']:.2f} completion characters per "
+                            "token.", ""]
         for name, m in r["mad"].items():
             lines.append(f"| {name} | {m['n']} | {_f(m['accuracy'])} [{_f(m['ci'][0])}, {_f(m['ci'][1])}] | "
                          f"{m['tokens_per_question']:.0f} | {m['completion_tokens_per_question']:.0f} |")

@@ -52,6 +52,7 @@ from dear.llm.base import ChatMessage, ChatRequest
 from dear.metrics import Ratio
 from dear.llm.sim import (
     LOG_PREFIX,
+    TEXT_OVERHEAD_TOKENS,
     SimBackend,
     SimParams,
     difficulty_logit,
@@ -447,7 +448,7 @@ MLE_CONVENTIONS = {
 }
 _BOUND = 12.0  # |logit-scale parameters| (a logistic term beyond ±12 is a probability within 6e-6 of 0 or 1)
 N_DISTRACTORS = 3  # shared wrong answers per synthetic question (dear/tasks/synthetic.py)
-SIM_TEXT_OVERHEAD_WORDS = 18  # words of a sim completion outside its reasoning body (headers, conclusion, answer)
+SIM_TEXT_OVERHEAD_WORDS = TEXT_OVERHEAD_TOKENS  # a sim completion's tokens outside its reasoning body
 
 
 @dataclass(frozen=True)
@@ -624,6 +625,19 @@ def fit_words(records_turns: Sequence[tuple[float, int, bool]]) -> dict[str, Any
             "se": [float(math.sqrt(cov[0, 0])), float(math.sqrt(cov[1, 1]))], "resid_sd": float(resid.std(ddof=2))}
 
 
+def fit_chars_per_token(turns: Sequence[dict]) -> dict[str, float]:
+    """The sim's token counters from real turns (ratios of sums, the MLE of a constant rate): prompt characters
+    (all messages) per prompt token, and completion characters per completion token."""
+    ok = [t for t in turns if t.get("error") is None and t.get("prompt_tokens") and t.get("completion_tokens")]
+    if not ok:
+        return {"identified": False, "n": 0}
+    prompt_chars = sum(len(m["content"]) for t in ok for m in t["messages"])
+    text_chars = sum(len(t["text"]) for t in ok)
+    return {"identified": True, "n": len(ok),
+            "prompt_chars_per_token": prompt_chars / sum(int(t["prompt_tokens"]) for t in ok),
+            "text_chars_per_token": text_chars / sum(int(t["completion_tokens"]) for t in ok)}
+
+
 def _numeric_hessian(f, th: np.ndarray, h: float = 1e-3) -> np.ndarray:
     n = len(th)
     H = np.zeros((n, n))
@@ -718,7 +732,7 @@ def fit_mle(records: Sequence[DebateRecord], init: SimParams | None = None, ridg
         if min(th[k] - q.lo, q.hi - th[k]) < 1e-3:
             why[q.name] = f"at the bound {q.lo if th[k] - q.lo < 1e-3 else q.hi} (likelihood rises towards it)"
         elif not standard_errors:
-            pass
+            continue  # no curvature computed: only the bound test applies
         elif se[q.name] is None:
             why[q.name] = "observed information singular in its direction"
         elif se[q.name] > SE_LIMIT:

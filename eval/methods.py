@@ -105,6 +105,8 @@ class Checkpoint:
     synthetic: bool = False  # trained on the sim backend
     world: str = "unknown-trained"  # the training world, in every DEAR label: "sim-trained", "sim-fitted", ...
     sha256: str = ""  # of the weights file the policy was loaded from (the settings guard compares it)
+    answer_aware: float = 0.0  # the evidence it was trained on (0: the paper's e_ij)
+    silent: bool = False  # trained with silent turns (an agent that reads nobody makes no call)
 
     def label(self, spec: MethodSpec) -> str:
         """A DEAR method's label with the policy's training world, e.g. "DEAR (sim-trained)"."""
@@ -170,6 +172,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         trained_on=f"{training.get('llm') or 'unknown backend'} on {training.get('task') or 'unknown task'}"
                    + (f" (iteration {training['iteration']})" if training.get("iteration") is not None else ""),
         synthetic=exported.synthetic, world=training_world(training), sha256=_weights_sha256(path),
+        answer_aware=exported.answer_aware, silent=exported.silent,
     )
 
 
@@ -186,7 +189,8 @@ def training_world(training: dict[str, Any]) -> str:
 
 
 def _trainer_sim_params(path: Path) -> Any:
-    """``llm.options.params`` of a trainer checkpoint's config.yaml (a fit file path or a dict), else None."""
+    """``llm.options.params_file`` (a fitted world) or ``llm.options.params`` (a path or a dict of overrides) of a
+    trainer checkpoint's config.yaml, else None."""
     import yaml
 
     cfg_path = _trainer_dir(path) / "config.yaml" if _trainer_dir(path) else None
@@ -196,7 +200,8 @@ def _trainer_sim_params(path: Path) -> Any:
         cfg = yaml.safe_load(cfg_path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ValueError(f"--checkpoint: {cfg_path} is not valid YAML: {e}") from None
-    return ((cfg.get("llm") or {}).get("options") or {}).get("params")
+    options = (cfg.get("llm") or {}).get("options") or {}
+    return options.get("params_file") or options.get("params")
 
 
 def _trainer_dir(path: Path) -> Path | None:
@@ -321,8 +326,9 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
         raise ValueError(f"method {spec.name!r} needs --checkpoint")
     from dear.regulator import RegulatedProtocol  # floor 3
 
+    base = replace(base, silent=ckpt.silent)  # the policy runs in the debates it was trained in
     proto_r = RegulatedProtocol(policy=ckpt.policy(spec, seed=seed), encoder=encoder, config=base,
-                                deterministic=deterministic, name=spec.name)
+                                deterministic=deterministic, name=spec.name, answer_aware=ckpt.answer_aware)
     if spec.selection_mode == "random":
         if density is None:
             raise ValueError(f"method {spec.name!r} needs DEAR's per-round read density")

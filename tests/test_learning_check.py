@@ -4,6 +4,7 @@ resuming row by row (tiny sizes on the sim backend; all numbers synthetic)."""
 from __future__ import annotations
 
 import csv
+import math
 import json
 
 import pytest
@@ -35,6 +36,14 @@ def test_rows_labels_and_resume(tmp_path, capsys):
     with open(out / "rows.csv") as f:
         table = list(csv.DictReader(f))
     assert {r["synthetic"] for r in table} == {"true"} and table[-1]["name"].startswith("DEAR, mean of 1 seeds")
+    assert all(len(r["scores"]) == 16 for r in rows)  # per test debate, for the paired intervals
+    dear_csv = table[3]
+    d, lo, hi = lc.paired_difference(rows[3]["scores"], rows[1]["scores"])
+    assert float(dear_csv["minus_mad"]) == pytest.approx(d) and lo <= d <= hi
+    assert d == pytest.approx(rows[3]["accuracy"] - rows[1]["accuracy"])
+    mad_csv = table[1]  # objective = accuracy - token_cost x tokens / 1000 (the env's reward, config's cost)
+    assert float(mad_csv["objective"]) == pytest.approx(
+        float(mad_csv["accuracy"]) - 0.01 * float(mad_csv["tokens_per_question"]) / 1000)
     assert "SYNTHETIC" in (out / "table.md").read_text() and "SYNTHETIC" in capsys.readouterr().out
     # the same command continues: nothing is rerun, nothing appended
     before = (out / "rows.jsonl").read_text()
@@ -59,3 +68,10 @@ def test_bad_arguments_are_named(tmp_path):
         lc.main(["--out", str(tmp_path), "--grid-p", "1.5"])
     with pytest.raises(SystemExit):
         lc.main(["--out", str(tmp_path), "--seeds", "x"])
+
+
+def test_paired_difference_interval():
+    d, lo, hi = lc.paired_difference([1, 0, 1, 1, 1, 0], [0, 0, 1, 1, 0, 0])
+    assert d == pytest.approx(2 / 6) and lo < d < hi
+    assert lc.paired_difference([1, 1], [1, 1]) == (0.0, 0.0, 0.0)
+    assert all(math.isnan(x) for x in lc.paired_difference([1], [0, 1]))

@@ -202,10 +202,10 @@ def test_the_training_env_takes_the_exchange_layout_from_the_config():
     from train.config import ConfigError, load_config
     from dear.llm.sim import SimBackend
 
-    assert load_config("sim").env.layout == DebateConfig.layout  # one default, the engine's
-    cfg = load_config("sim", ["env.layout=multiturn", "rollout.envs_per_worker=2", "rollout.episodes_per_iter=2"])
+    assert load_config("sim-stylised").env.layout == DebateConfig.layout  # one default, the engine's
+    cfg = load_config("sim-stylised", ["env.layout=multiturn", "rollout.envs_per_worker=2", "rollout.episodes_per_iter=2"])
     venv = make_vector_env(cfg, SimBackend())
     assert venv.core.engine.config.layout == "multiturn"
     venv.close()
     with pytest.raises(ConfigError, match="env.layout: must be one of"):
-        load_config("sim", ["env.layout=chat"])
+        load_config("sim-stylised", ["env.layout=chat"])

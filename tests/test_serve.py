@@ -104,7 +104,7 @@ def policy(tmp_path_factory) -> Path:
     from train.happo import Trainer
 
     tmp = tmp_path_factory.mktemp("sim-run")
-    cfg = load_config("sim", [f"run.out_dir={tmp}", "logging.progress=false", "rollout.num_workers=0",
+    cfg = load_config("sim-stylised", [f"run.out_dir={tmp}", "logging.progress=false", "rollout.num_workers=0",
                               "rollout.envs_per_worker=8", "rollout.episodes_per_iter=8", "run.iterations=1"])
     trainer = Trainer(cfg, run_dir=tmp / "run")
     trainer.train()

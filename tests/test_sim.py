@@ -89,6 +89,27 @@ def test_labels_format_and_tokens(caplog):
     assert cut.finish_reason == "length" and cut.completion_tokens == 20 and "\\boxed" not in cut.text
 
 
+def test_fitted_token_counters_make_a_sim_text_count_like_a_real_one():
+    """With fitted counters a completion of n tokens is about n·c characters, so it counts in a later prompt
+    what a real completion of its length counts (the default world keeps one pseudo-word per token)."""
+    q = load_synthetic(1)[0]
+    be = SimBackend(SimParams(prompt_chars_per_token=3.6, text_chars_per_token=3.2))
+    outs = [be.generate([_req(q, T=0.7, seed=s)])[0] for s in range(20)]
+    assert all(c.ok and c.finish_reason == "stop" and "\\boxed" in c.text for c in outs)
+    chars_per_token = sum(len(c.text) for c in outs) / sum(c.completion_tokens for c in outs)
+    assert chars_per_token == pytest.approx(3.2, rel=0.05)
+    assert outs[0].prompt_tokens == int(len(q.question) / 3.6)
+    # the decision does not depend on the counters: same answers as the default world
+    plain = [SimBackend().generate([_req(q, T=0.7, seed=s)])[0] for s in range(20)]
+    assert [c.text.rsplit("{", 1)[1] for c in outs] == [c.text.rsplit("{", 1)[1] for c in plain]
+    [cut] = be.generate([_req(q, max_tokens=20)])
+    assert cut.finish_reason == "length" and cut.completion_tokens == 20 and len(cut.text) <= 20 * 3.2
+    with pytest.raises(ValueError, match="text_chars_per_token"):
+        SimParams(text_chars_per_token=-1.0)
+    with pytest.raises(ValueError, match="prompt_chars_per_token"):
+        SimParams(prompt_chars_per_token=0.0)
+
+
 def test_bad_inputs_are_named():
     be = SimBackend()
     [c] = be.generate([ChatRequest((ChatMessage("user", "What is 2+2?"),), metadata={"round": 0})])

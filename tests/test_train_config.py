@@ -15,7 +15,7 @@ def test_shipped_configs_load():
         assert cfg.env.n_agents >= 2
     assert load_config("gsm8k").llm.backend_spec() == "local"
     assert load_config("smoke").llm.backend_spec() == "smoke"
-    assert load_config("sim").llm.synthetic
+    assert load_config("sim-stylised").llm.synthetic
 
 
 def test_presets():
@@ -27,12 +27,12 @@ def test_presets():
 
 
 def test_dotted_overrides_and_types():
-    cfg = load_config("sim", ["happo.clip_coef=0.3", "rollout.num_workers=2", "env.temperature_range=[0.2, 1.0]",
+    cfg = load_config("sim-stylised", ["happo.clip_coef=0.3", "rollout.num_workers=2", "env.temperature_range=[0.2, 1.0]",
                               "happo.target_kl=0.02", "happo.target_kl=null"])
     assert cfg.happo.clip_coef == 0.3 and cfg.rollout.num_workers == 2
     assert cfg.env.temperature_range == (0.2, 1.0)
     assert cfg.happo.target_kl is None
-    assert isinstance(load_config("sim", ["happo.clip_coef=1"]).happo.clip_coef, float)  # int -> float ok
+    assert isinstance(load_config("sim-stylised", ["happo.clip_coef=1"]).happo.clip_coef, float)  # int -> float ok
 
 
 def test_unknown_key_in_file_names_key_and_file(tmp_path):
@@ -49,25 +49,25 @@ def test_mistyped_value_names_key(tmp_path):
     with pytest.raises(ConfigError, match=r"typo.yaml.*rollout.num_workers.*int"):
         load_config(str(p))
     with pytest.raises(ConfigError, match=r"happo.norm_adv.*bool"):
-        load_config("sim", ["happo.norm_adv=3"])
+        load_config("sim-stylised", ["happo.norm_adv=3"])
     with pytest.raises(ConfigError, match=r"happo.agent_order.*fixed"):
-        load_config("sim", ["happo.agent_order=backwards"])
+        load_config("sim-stylised", ["happo.agent_order=backwards"])
 
 
 def test_unknown_override_and_section():
     with pytest.raises(ConfigError, match="command line.*unknown key 'happo.lr'"):
-        load_config("sim", ["happo.lr=0.1"])
+        load_config("sim-stylised", ["happo.lr=0.1"])
     with pytest.raises(ConfigError, match="unknown key 'optimizer'"):
-        load_config("sim", ["optimizer.lr=0.1"])
+        load_config("sim-stylised", ["optimizer.lr=0.1"])
     with pytest.raises(ConfigError, match="must look like"):
-        load_config("sim", ["happo.clip_coef"])
+        load_config("sim-stylised", ["happo.clip_coef"])
 
 
 def test_bad_values_and_unknown_config():
     with pytest.raises(ConfigError, match="env.n_agents"):
-        load_config("sim", ["env.n_agents=1"])
+        load_config("sim-stylised", ["env.n_agents=1"])
     with pytest.raises(ConfigError, match="env.top_p_range"):
-        load_config("sim", ["env.top_p_range=[0.9, 0.5]"])
+        load_config("sim-stylised", ["env.top_p_range=[0.9, 0.5]"])
     with pytest.raises(ConfigError, match="unknown config 'nope'.*gsm8k"):
         load_config("nope")
 
@@ -109,10 +109,10 @@ def test_sampling_ranges_use_the_engines_bounds():
     from train.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="env.temperature_range"):
-        load_config("sim", ["env.temperature_range=[0.1,2.5]"])
+        load_config("sim-stylised", ["env.temperature_range=[0.1,2.5]"])
     with pytest.raises(ConfigError, match="env.top_p_range"):
-        load_config("sim", ["env.top_p_range=[0.0,1.0]"])
-    load_config("sim", ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.05,1.0]"])
+        load_config("sim-stylised", ["env.top_p_range=[0.0,1.0]"])
+    load_config("sim-stylised", ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.05,1.0]"])
 
 
 # ---------------------------------------------------------------- renamed keys (issue 16)
@@ -134,7 +134,7 @@ def test_old_key_in_a_yaml_file_loads_with_a_message_naming_the_new_key(tmp_path
 @pytest.mark.parametrize("old,new,value", OLD_KEYS)
 def test_old_key_as_a_dotted_override_loads_with_a_message(old, new, value):
     with pytest.warns(FutureWarning, match=f"command line: config key '{old}' is deprecated; use '{new}'"):
-        cfg = load_config("sim", [f"{old}={value}"])
+        cfg = load_config("sim-stylised", [f"{old}={value}"])
     new_section, new_name = new.split(".")
     assert getattr(getattr(cfg, new_section), new_name) == value
 
@@ -147,7 +147,7 @@ def test_old_and_new_name_of_one_key_together_is_an_error(tmp_path):
 
 
 def test_a_saved_config_with_old_keys_still_loads(tmp_path):
-    data = load_config("sim").to_dict()
+    data = load_config("sim-stylised").to_dict()
     data["env"]["num_agents"] = data["env"].pop("n_agents")
     data["policy"]["init_log_std"] = data["policy"].pop("log_std_init")
     with pytest.warns(FutureWarning) as caught:
@@ -155,7 +155,7 @@ def test_a_saved_config_with_old_keys_still_loads(tmp_path):
     assert {str(w.message) for w in caught} == {
         "saved: config key 'env.num_agents' is deprecated; use 'env.n_agents'",
         "saved: config key 'policy.init_log_std' is deprecated; use 'policy.log_std_init'"}
-    assert cfg == load_config("sim")
+    assert cfg == load_config("sim-stylised")
 
 
 BAD_RANGES = [  # (key, value): every documented bound of the behavior policy's sampling ranges, just outside
@@ -179,11 +179,11 @@ def test_every_sampling_bound_is_checked_once_for_config_and_env():
 
     for key, value in BAD_RANGES:
         with pytest.raises(ConfigError, match=f"env.{key}"):
-            load_config("sim", [f"env.{key}={value}"])
+            load_config("sim-stylised", [f"env.{key}={value}"])
         with pytest.raises(ValueError, match=key):
             DebateEnvConfig(**{key: tuple(yaml.safe_load(value))})
     ok = ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.01,1.0]"]
-    cfg = load_config("sim", ok)
+    cfg = load_config("sim-stylised", ok)
     DebateEnvConfig(temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range)
 
 
@@ -199,7 +199,7 @@ def test_backend_options_by_kind_follow_the_chosen_backend():
     openai = load_config("gsm8k", ["llm.preset=openai", "llm.url=http://127.0.0.1:9/v1",
                                    "llm.options.openai.max_concurrency=8"])
     assert backend_kwargs(openai) == {"max_concurrency": 8}
-    flat = load_config("sim", ["llm.options={fail_rate: 0.1}"])  # plain options go to whichever backend
+    flat = load_config("sim-stylised", ["llm.options={fail_rate: 0.1}"])  # plain options go to whichever backend
     assert backend_kwargs(flat) == {"fail_rate": 0.1}
     with pytest.raises(ConfigError, match=r"llm.options mixes backend kinds \['local'\] with plain options "
                                           r"\['n_ctx'\]"):

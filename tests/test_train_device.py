@@ -44,11 +44,11 @@ def _off_device(learner: HAPPO, device: str) -> list[str]:
 def test_every_learner_tensor_on_run_device_after_construction_and_resume(tmp_path, device):
     # A run on CPU writes one checkpoint (so Adam moments exist) ...
     cpu_run = tmp_path / "run"
-    tr = Trainer(load_config("sim", [*SMALL, f"run.out_dir={tmp_path}", "run.device=cpu"]), run_dir=cpu_run)
+    tr = Trainer(load_config("sim-stylised", [*SMALL, f"run.out_dir={tmp_path}", "run.device=cpu"]), run_dir=cpu_run)
     tr.train()
     tr.close()
     # ... a fresh trainer on `device` holds everything there (no Adam state yet) ...
-    fresh = Trainer(load_config("sim", [*SMALL, f"run.out_dir={tmp_path}", f"run.device={device}"]),
+    fresh = Trainer(load_config("sim-stylised", [*SMALL, f"run.out_dir={tmp_path}", f"run.device={device}"]),
                     run_dir=tmp_path / "fresh")
     fresh.close()
     assert fresh.learner.device.type == device
@@ -80,7 +80,7 @@ def test_device_option_auto_and_errors(monkeypatch):
     with pytest.raises(ValueError, match=r"run.device.*cuda.is_available\(\) is False"):
         resolve_device("cuda")
     with pytest.raises(ConfigError, match="run.device"):
-        load_config("sim", ["run.device=gpu0"])
+        load_config("sim-stylised", ["run.device=gpu0"])
 
 
 def test_optimizer_state_saved_on_cpu():

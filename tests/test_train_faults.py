@@ -25,7 +25,7 @@ SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_wo
 
 
 def _cfg(*extra):
-    return load_config("sim", SMALL + list(extra))
+    return load_config("sim-stylised", SMALL + list(extra))
 
 
 def _rows(run_dir):
@@ -113,7 +113,7 @@ def test_five_percent_failed_requests_over_three_iterations(tmp_path):
 
 def test_all_failing_backend_stops_non_zero_without_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
-    code = main(["--config", "sim", "--run-dir", str(run), *SMALL, "run.iterations=3",
+    code = main(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "run.iterations=3",
                  "llm.options.fail_rate=1.0"])
     err = capsys.readouterr().err
     assert code == 1
@@ -130,13 +130,13 @@ def test_existing_run_dir_refuses_without_overwrite(tmp_path, capsys):
     run = tmp_path / "run"
     _train(run, "run.iterations=3")
     before = _tree(run)
-    assert main(["--config", "sim", "--run-dir", str(run), *SMALL, "run.iterations=1"]) == 2
+    assert main(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "run.iterations=1"]) == 2
     assert "already holds a run" in capsys.readouterr().err and _tree(run) == before
     with pytest.raises(RunDirError, match="--overwrite"):
         Trainer(_cfg("run.iterations=1"), run_dir=run)
     assert _tree(run) == before
     (run / "notes.txt").write_text("mine")  # not a run artifact: --overwrite keeps it
-    assert main(["--config", "sim", "--run-dir", str(run), "--overwrite", *SMALL, "run.iterations=1"]) == 0
+    assert main(["--config", "sim-stylised", "--run-dir", str(run), "--overwrite", *SMALL, "run.iterations=1"]) == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "latest"]  # no stale iter_3
     assert len(_rows(run)) == 1 and (run / "notes.txt").read_text() == "mine"
     (tmp_path / "file").write_text("x")
@@ -157,13 +157,13 @@ def test_failed_resume_changes_nothing_on_disk(tmp_path, capsys):
 
 def test_cli_rejects_config_with_resume_and_bad_episode_counts(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["--config", "sim", "--resume", str(tmp_path)])
+        main(["--config", "sim-stylised", "--resume", str(tmp_path)])
     assert e.value.code == 2 and "--config cannot be combined with --resume" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--resume", str(tmp_path), "--run-dir", str(tmp_path / "x")])
     with pytest.raises(ConfigError, match=r"rollout\.episodes_per_iter.*multiple of rollout\.envs_per_worker=64"):
-        load_config("sim", ["rollout.episodes_per_iter=5"])
-    assert main(["--config", "sim", "--run-dir", str(tmp_path / "r"), "rollout.episodes_per_iter=5"]) == 2
+        load_config("sim-stylised", ["rollout.episodes_per_iter=5"])
+    assert main(["--config", "sim-stylised", "--run-dir", str(tmp_path / "r"), "rollout.episodes_per_iter=5"]) == 2
     assert "rollout.episodes_per_iter" in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
@@ -339,7 +339,7 @@ def test_interrupted_ray_iteration_resumes_to_the_uninterrupted_local_run(tmp_pa
 
 def test_unreachable_openai_backend_is_one_error_line_at_start(tmp_path, capsys):
     run = tmp_path / "run"
-    code = main(["--config", "sim", "--run-dir", str(run), *SMALL, "llm.spec=openai:http://127.0.0.1:9/v1",
+    code = main(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "llm.spec=openai:http://127.0.0.1:9/v1",
                  "llm.options={}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("error:") == 1 and "connection refused" in err

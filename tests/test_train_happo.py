@@ -16,7 +16,7 @@ SMALL = ["run.out_dir={out}", "logging.progress=false", "rollout.num_workers=0",
 
 
 def _cfg(tmp_path, *extra):
-    return load_config("sim", [s.format(out=tmp_path) for s in SMALL] + list(extra))
+    return load_config("sim-stylised", [s.format(out=tmp_path) for s in SMALL] + list(extra))
 
 
 def _rows(run_dir):
@@ -263,7 +263,7 @@ def test_ray_address_joins_an_existing_cluster(tmp_path):
     subprocess.run([ray_bin, "start", "--head", "--num-cpus", "2", "--include-dashboard", "false",
                     "--port", str(port)], env=env, check=True, capture_output=True, timeout=120)
     try:
-        r = subprocess.run([sys.executable, "-m", "train.happo", "--config", "sim", "run.iterations=1",
+        r = subprocess.run([sys.executable, "-m", "train.happo", "--config", "sim-stylised", "run.iterations=1",
                             "rollout.num_workers=2", "rollout.envs_per_worker=16", "rollout.episodes_per_iter=32",
                             "logging.progress=false",
                             f"run.out_dir={tmp_path}", "--ray-address", f"127.0.0.1:{port}"],

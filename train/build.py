@@ -83,7 +83,7 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
         num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
         encoder=e.encoder, n_agents=e.n_agents, n_rounds=e.n_rounds, temperature_range=e.temperature_range,
         top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
-        layout=e.layout,
+        layout=e.layout, silent=e.silent, answer_aware=e.answer_aware,
     )
     kwargs.update(e.options)
     from envs.vector_env import DebateVectorEnv

@@ -132,6 +132,8 @@ class EnvSection:
     fusion: Literal["dst", "mean"] = "dst"  # peer-opinion fusion: Dempster-Shafer or the mean ablation
     encoder: str | None = None  # None = the env's default for the backend (minilm real, hashing sim)
     layout: str = DebateConfig.layout  # exchange-round prompt layout: multiturn (Du et al.) or single
+    silent: bool = False  # option (issue 14): an agent that reads nobody keeps its answer without a model call
+    answer_aware: float = 0.0  # option (issue 14): weight of parsed-answer agreement in e_ij; 0 = the paper's
     options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
 
 
@@ -222,6 +224,10 @@ class TrainConfig:
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
         need(self.env.layout in LAYOUTS, "env.layout", f"must be one of {list(LAYOUTS)}, got {self.env.layout!r}")
+        need(isinstance(self.env.silent, bool), "env.silent", f"must be true or false, got {self.env.silent!r}")
+        need(not isinstance(self.env.answer_aware, bool) and isinstance(self.env.answer_aware, (int, float))
+             and 0.0 <= self.env.answer_aware <= 1.0, "env.answer_aware",
+             f"must be a weight in [0, 1] (0 = the paper's evidence), got {self.env.answer_aware!r}")
         need(self.rollout.num_engines >= 1, "rollout.num_engines", "must be >= 1")
         need(self.rollout.engine_num_gpus is None or self.rollout.engine_num_gpus >= 0,
              "rollout.engine_num_gpus", "must be >= 0 (or null: vLLM's tensor_parallel_size, else 0)")

@@ -376,8 +376,9 @@ class Trainer:
 
 
 def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, deterministic: bool = True,
-             split: str | None = None) -> dict[str, float]:
-    """Run `episodes` debates in-process under `policy`; same (cfg, episodes, seed, split) = same debates."""
+             split: str | None = None, per_episode: list[EpisodeStats] | None = None) -> dict[str, float]:
+    """Run `episodes` debates in-process under `policy`; same (cfg, episodes, seed, split) = same debates.
+    `per_episode`, if given, receives each debate's EpisodeStats in order (for paired comparisons)."""
     if next(policy.parameters()).device.type != "cpu":
         policy = copy.deepcopy(policy).cpu()  # rollouts run on CPU; the learner's policy may be on run.device
     ecfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, split=split or cfg.env.split),
@@ -391,6 +392,8 @@ def evaluate(cfg: TrainConfig, policy: JointPolicy, episodes: int, seed: int, de
             spec = ChunkSpec(iteration=-1, index=c, env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, n)),
                              torch_seed=int(rng.integers(0, 2**62)))
             eps += run_chunk(pool.worker.venv, policy, spec, ecfg.env.n_rounds, deterministic).episodes
+        if per_episode is not None:
+            per_episode.extend(eps[:episodes])
         return summarize_episodes(eps[:episodes])
     finally:
         pool.close()

@@ -31,11 +31,12 @@ import math
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from dear.cli import comma_list
 from dear.cli import run as run_cli
@@ -84,15 +85,25 @@ class Row:
     mean_temperature: float
     episodes: int
     detail: str = ""  # the fixed policy chosen, the DEAR seed's run directory
+    scores: list[float] = field(default_factory=list)  # per test debate, in order: 1 correct (round 0: 1/#tied)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _row(name: str, kind: str, m: dict[str, float], detail: str = "") -> Row:
+def _row(name: str, kind: str, m: dict[str, float], detail: str = "", scores: Sequence[float] = ()) -> Row:
     return Row(f"{name} (synthetic)", kind, m["rollout/accuracy"], m["rollout/tokens_per_question"],
                m["rollout/completion_tokens_per_question"], m["rollout/hcr"], m["rollout/mask_density"],
-               m["rollout/mean_temperature"], int(m["rollout/episodes"]), detail)
+               m["rollout/mean_temperature"], int(m["rollout/episodes"]), detail, [float(x) for x in scores])
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of a − b over the same debates with its 95 % t-interval (paired); NaNs without two pairs."""
+    if len(a) != len(b) or len(a) < 2:
+        return math.nan, math.nan, math.nan
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
+    return float(d.mean()), float(d.mean()) - half, float(d.mean()) + half
 
 
 def best_fixed(cfg: TrainConfig, grid: Sequence[FixedPolicy], episodes: int, seed: int) -> tuple[FixedPolicy, list]:
@@ -137,23 +148,27 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
     base = load_config(cfg_name, [*overrides, "logging.progress=false"])
     settings = {"config": cfg_name, "overrides": list(overrides), "seeds": list(seeds), "episodes": episodes,
                 "eval_seed": eval_seed, "grid": [dataclasses.asdict(g) for g in grid],
-                "select_episodes": select_episodes, "llm": base.llm.backend_spec()}
+                "select_episodes": select_episodes, "llm": base.llm.backend_spec(), "token_cost": base.env.token_cost,
+                "resolved_config": json.loads(json.dumps(base.to_dict(), default=str))}  # a config file edited since
     run = CheckDir(out, settings)
     done = run.rows()
     if "round0" not in done or "mad" not in done:
-        m = evaluate(base, fixed_policy(base, mad(base)), episodes, seed=eval_seed, split="test")
+        eps: list = []
+        m = evaluate(base, fixed_policy(base, mad(base)), episodes, seed=eval_seed, split="test", per_episode=eps)
         r0 = dict(m, **{"rollout/accuracy": m["rollout/round0_accuracy"],
                         "rollout/tokens_per_question": m["rollout/round0_tokens_per_question"],
                         "rollout/completion_tokens_per_question": math.nan, "rollout/hcr": math.nan,
                         "rollout/mask_density": math.nan, "rollout/mean_temperature": math.nan})
         if "round0" not in done:
-            run.add("round0", _row("round-0 majority", "round0", r0))
+            run.add("round0", _row("round-0 majority", "round0", r0, scores=[e.round0_accuracy for e in eps]))
         if "mad" not in done:
-            run.add("mad", _row("MAD", "mad", m, mad(base).label))
+            run.add("mad", _row("MAD", "mad", m, mad(base).label, [e.final_correct for e in eps]))
     if "best-fixed" not in done:
         best, scores = best_fixed(base, grid, select_episodes, eval_seed)
-        m = evaluate(base, fixed_policy(base, best), episodes, seed=eval_seed, split="test")
-        run.add("best-fixed", _row("best fixed policy", "best-fixed", m, best.label),
+        eps = []
+        m = evaluate(base, fixed_policy(base, best), episodes, seed=eval_seed, split="test", per_episode=eps)
+        run.add("best-fixed", _row("best fixed policy", "best-fixed", m, best.label,
+                                   [e.final_correct for e in eps]),
                 train_scores=[{"policy": fp.label, "accuracy": a, "tokens_per_question": t} for fp, a, t in scores])
     for seed in seeds:
         key = f"dear-{seed}"
@@ -164,10 +179,11 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
         trainer = Trainer(cfg)
         try:
             result = trainer.train()
-            m = evaluate(cfg, trainer.policy, episodes, seed=eval_seed, split="test")
+            eps = []
+            m = evaluate(cfg, trainer.policy, episodes, seed=eval_seed, split="test", per_episode=eps)
         finally:
             trainer.close()
-        run.add(key, _row(f"DEAR, seed {seed}", "dear", m, str(result.run_dir)))
+        run.add(key, _row(f"DEAR, seed {seed}", "dear", m, str(result.run_dir), [e.final_correct for e in eps]))
     rows = list(run.rows().values())
     write_tables(out, rows, settings, command)
     return rows
@@ -176,8 +192,10 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
 def _mean_row(rows: Sequence[dict]) -> dict:
     keys = ("accuracy", "tokens_per_question", "completion_tokens_per_question", "hcr", "mask_density",
             "mean_temperature")
+    scores = [r.get("scores") or [] for r in rows]
+    mean_scores = np.mean(scores, axis=0).tolist() if all(len(x) == len(scores[0]) > 0 for x in scores) else []
     return {"name": f"DEAR, mean of {len(rows)} seeds (synthetic)", "kind": "dear-mean",
-            "episodes": rows[0]["episodes"], "detail": "",
+            "episodes": rows[0]["episodes"], "detail": "", "scores": mean_scores,
             **{k: float(np.nanmean([r[k] for r in rows])) for k in keys}}
 
 
@@ -186,12 +204,18 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
     shown = [*rows, _mean_row(dear)] if dear else list(rows)
     cols = ("name", "accuracy", "tokens_per_question", "completion_tokens_per_question", "hcr", "mask_density",
             "mean_temperature", "episodes", "detail")
+    cost = float(settings.get("token_cost", math.nan))
+
+    def objective(r: dict) -> float:  # what DEAR is trained to maximise: the env's terminal reward
+        return r["accuracy"] - cost * r["tokens_per_question"] / 1000
+
+    mad_scores = next((r.get("scores") or [] for r in rows if r["kind"] == "mad"), [])
     with open(out / "rows.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["synthetic", *cols])
+        w.writerow(["synthetic", *cols, "objective", "minus_mad", "minus_mad_ci_low", "minus_mad_ci_high"])
         for r in shown:
-            w.writerow(["true", *(r[c] for c in cols)])
-    mad_acc = next((r["accuracy"] for r in rows if r["kind"] == "mad"), math.nan)
+            w.writerow(["true", *(r[c] for c in cols), objective(r),
+                        *paired_difference(r.get("scores") or [], mad_scores)])
 
     def fmt(x: float, d: int = 3) -> str:
         return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
@@ -200,13 +224,17 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
              f"Command: `{command}`  ",
              f"Config `{settings['config']}` {' '.join(settings['overrides'])}; evaluation: {settings['episodes']} "
              f"test-split debates from seed {settings['eval_seed']}, the same for every row; best fixed policy "
-             f"chosen on {settings['select_episodes']} train-split debates.", "",
-             "| policy (synthetic) | accuracy | − MAD | tokens / question | completion tokens / q | HCR | "
-             "mask density | mean T | detail |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"chosen on {settings['select_episodes']} train-split debates. Objective = accuracy − "
+             f"{cost:g} × tokens / 1000, the reward DEAR is trained on. − MAD: accuracy difference on the same "
+             "debates with its paired 95 % t-interval. Round-0 majority: a tie counts 1/#tied answers (its expected "
+             "accuracy); later rows break ties by the seeded vote.", "",
+             "| policy (synthetic) | accuracy | − MAD [95 % CI] | tokens / question | completion tokens / q | "
+             "objective | HCR | mask density | mean T | detail |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in shown:
-        lines.append(f"| {r['name']} | {fmt(r['accuracy'])} | {fmt(r['accuracy'] - mad_acc, 3)} | "
+        d, lo, hi = paired_difference(r.get("scores") or [], mad_scores)
+        lines.append(f"| {r['name']} | {fmt(r['accuracy'])} | {fmt(d)} [{fmt(lo)}, {fmt(hi)}] | "
                      f"{fmt(r['tokens_per_question'], 0)} | {fmt(r['completion_tokens_per_question'], 0)} | "
-                     f"{fmt(r['hcr'], 2)} | {fmt(r['mask_density'], 2)} | {fmt(r['mean_temperature'], 2)} | "
+                     f"{fmt(objective(r))} | {fmt(r['hcr'], 2)} | {fmt(r['mask_density'], 2)} | {fmt(r['mean_temperature'], 2)} | "
                      f"{r['detail']} |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
 

@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from itertools import pairwise
@@ -167,10 +168,16 @@ class HashingEncoder:
 
 @dataclass
 class SentenceTransformerEncoder:
+    """A sentence-transformers model. Embeddings of the last `memo_size` distinct texts are kept: debates repeat
+    texts (a silent turn, a simulator that writes real texts from a bank), and a text then costs one lookup."""
+
     name: str
     model: Any  # sentence_transformers.SentenceTransformer
     batch_size: int = 64
+    memo_size: int = 1 << 15  # 32k texts x 384 floats = 48 MB for MiniLM
     dim: int = field(init=False)
+    _memo: OrderedDict = field(init=False, repr=False, default_factory=OrderedDict)
+    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
@@ -180,9 +187,18 @@ class SentenceTransformerEncoder:
         _check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                                    normalize_embeddings=True, show_progress_bar=False)
-        return _normalise_rows(vectors, self.name)
+        with self._lock:  # one model call at a time anyway: they share the same cores
+            missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+            if missing:
+                vectors = self.model.encode(missing, batch_size=self.batch_size, convert_to_numpy=True,
+                                            normalize_embeddings=True, show_progress_bar=False)
+                self._memo.update(zip(missing, _normalise_rows(vectors, self.name)))
+            out = np.stack([self._memo[t] for t in texts])
+            for t in texts:
+                self._memo.move_to_end(t)
+            while len(self._memo) > self.memo_size:
+                self._memo.popitem(last=False)
+        return out
 
 
 @cache  # keyed by directory, so 'minilm' and 'st:<its path>' share one model

@@ -133,6 +133,9 @@ class SimParams:
     # text
     words_base: float = 55.0
     words_per_temp: float = 70.0
+    # token counting (the fit takes both from the corpus; the defaults are the stylised world's)
+    prompt_chars_per_token: float = 4.0  # prompt_tokens = characters of all messages / this
+    text_chars_per_token: float = 0.0  # 0: one pseudo-word per completion token; > 0: n tokens are n·c characters
 
     def __post_init__(self) -> None:
         if not isinstance(self.skills, (list, tuple)) or not self.skills:
@@ -151,11 +154,12 @@ class SimParams:
         for name in ("p_unique_wrong", "p_resolve"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("difficulty_scale", "words_base"):
+        for name in ("difficulty_scale", "words_base", "prompt_chars_per_token"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SimParams.{name} must be > 0, got {getattr(self, name)}")
-        if self.words_per_temp < 0:
-            raise ValueError(f"SimParams.words_per_temp must be >= 0, got {self.words_per_temp}")
+        for name in ("words_per_temp", "text_chars_per_token"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
 
     def skill(self, agent: int) -> float:
         return self.skills[agent % len(self.skills)]
@@ -254,6 +258,8 @@ def _make_vocab(n: int = 1024) -> tuple[str, ...]:
 
 
 VOCAB = _make_vocab()
+PSEUDO_WORD_CHARS = 7  # a pseudo-word (3 syllables of 2 letters) and its space
+TEXT_OVERHEAD_TOKENS = 18  # tokens of a completion outside its reasoning body (section headers, conclusion, answer)
 _NOISE = VOCAB[768:]  # noise words: disjoint from answer / topic words so noise does not fake agreement
 
 
@@ -441,9 +447,9 @@ class SimBackend(Backend):
         return self._decide(req, self._rng(req), self._header(req))[0]
 
     # ------------------------------------------------------------ internals
-    @staticmethod
-    def _prompt_tokens(req: ChatRequest) -> int:
-        return max(1, sum(len(m.content) for m in req.messages) // 4)
+    def _prompt_tokens(self, req: ChatRequest) -> int:
+        chars = sum(len(m.content) for m in req.messages)
+        return max(1, int(chars / self.params.prompt_chars_per_token))
 
     def _header(self, req: ChatRequest) -> SyntheticHeader:
         meta = req.metadata or {}
@@ -534,9 +540,37 @@ class SimBackend(Backend):
         temp = max(0.0, float(req.temperature))
         n = int(np.clip(round(p.words_base + p.words_per_temp * temp + rng.normal(0.0, 6.0)), 30, 400))
         answer_words = _words_for("answer", dec.answer, 16)
+        conclusion = f"The answer is {dec.answer}, by the {answer_words[0]} {answer_words[1]} step."
+        final = f"\\boxed{{{dec.answer}}}"
+        sections = f". So the result is {dec.answer}.\nConclusion: {conclusion}\nFinal answer: {final}"
+        c = p.text_chars_per_token
+        if c > 0:  # n body tokens + the sections' share, written as about that many tokens' worth of characters
+            tokens = n + TEXT_OVERHEAD_TOKENS
+            n_body = max(1, round((tokens * c - len(sections) - len("Reasoning: ")) / PSEUDO_WORD_CHARS))
+        else:
+            n_body = n
+        words = self._body_words(rng, h, answer_words, agent, temp, n_body)
+        sentences = [" ".join(words[i : i + 10]) for i in range(0, len(words), 10)]
+        text = "Reasoning: " + ". ".join(s.capitalize() for s in sentences) + sections
+        if c <= 0:
+            tokens = len(text.split())
+        if self.text_bank is not None:  # the decision and length are the sim's; the words are a real completion
+            real = self.text_bank.text_for(h, dec.answer, int(meta_round(req)), agent)
+            text = f"{real}\nFinal answer: {final}"
+        if tokens > req.max_tokens:  # cut like a real model: the answer sections are lost
+            cut = max(0, int(req.max_tokens))
+            if c > 0:
+                return text[: int(cut * c)].rsplit(" ", 1)[0], cut, "length"
+            return " ".join(text.split()[:cut]), cut, "length"
+        return text, tokens, "stop"
+
+    @staticmethod
+    def _body_words(rng, h: SyntheticHeader, answer_words: tuple[str, ...], agent: int, temp: float,
+                    n: int) -> list[str]:
+        """n reasoning words: from the answer's vocabulary, the question's topic, the agent's style, or sampling
+        noise (more of it at higher T), so texts with the same answer share most of their words."""
         topic_words = _words_for("question", h.id, 12)
         style_words = _words_for("agent", str(agent), 8)
-        # word source per position: answer vocabulary, shared topic, agent style, or sampling noise (grows with T)
         p_noise = min(0.4, 0.05 + 0.12 * temp)
         probs = np.array([0.80 - p_noise, 0.12, 0.05, 0.03 + p_noise])
         probs /= probs.sum()
@@ -546,17 +580,4 @@ class SimBackend(Backend):
         sizes = np.array([len(pl) for pl in pools])
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         pool = answer_words + topic_words + style_words + _NOISE
-        words = [pool[i] for i in (offsets[src] + picks % sizes[src]).tolist()]
-        sentences = [" ".join(words[i : i + 10]) for i in range(0, len(words), 10)]
-        reasoning = ". ".join(s.capitalize() for s in sentences) + f". So the result is {dec.answer}."
-        conclusion = f"The answer is {dec.answer}, by the {answer_words[0]} {answer_words[1]} step."
-        final = f"\\boxed{{{dec.answer}}}"
-        text = f"Reasoning: {reasoning}\nConclusion: {conclusion}\nFinal answer: {final}"
-        tokens = text.split()
-        if self.text_bank is not None:  # the decision and length are the sim's; the words are a real completion
-            real = self.text_bank.text_for(h, dec.answer, int(meta_round(req)), agent)
-            text = f"{real}\nFinal answer: {final}"
-        if len(tokens) > req.max_tokens:  # cut like a real model: the answer sections are lost
-            cut = max(0, int(req.max_tokens))
-            return " ".join(text.split()[:cut]), cut, "length"
-        return text, len(tokens), "stop"
+        return [pool[i] for i in (offsets[src] + picks % sizes[src]).tolist()]
