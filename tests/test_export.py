@@ -44,7 +44,7 @@ def test_export_from_trainer_checkpoint_loads_without_trainer_ray_or_gym(tmp_pat
     from train.happo import Trainer
 
     cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
-                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
+                                       "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
     tr = Trainer(cfg, run_dir=tmp_path / "run")
     tr.train()
     tr.close()
@@ -74,22 +74,10 @@ print(a.pairs.shape[1], float(a.temperature.min()) >= 0.1)
         assert torch.equal(v, w[k]), k
 
 
-def _trained_run(tmp_path):
-    from train.config import load_config
-    from train.happo import Trainer
-
-    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
-                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
-    tr = Trainer(cfg, run_dir=tmp_path / "run")
-    tr.train()
-    tr.close()
-    return tmp_path / "run"
-
-
-def test_export_verifies_the_checkpoint_and_refuses_a_non_empty_out_dir(tmp_path, capsys):
+def test_export_verifies_the_checkpoint_and_refuses_a_non_empty_out_dir(tmp_path, capsys, tiny_run):
     from dear.export import main
 
-    run = _trained_run(tmp_path)
+    run = tiny_run()
     ckpt = run / "checkpoints" / "iter_000001"
     weights = (ckpt / "model.safetensors").read_bytes()
     damaged = bytearray(weights)
@@ -157,18 +145,10 @@ def test_new_manifests_use_the_new_names(tmp_path):
     assert "log_std_init" in m["policy_config"] and load_exported(out).n_rounds == 3
 
 
-def test_export_reads_a_checkpoint_config_with_old_keys(tmp_path):
+def test_export_reads_a_checkpoint_config_with_old_keys(tmp_path, tiny_run):
     import yaml
 
-    from train.config import load_config
-    from train.happo import Trainer
-
-    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
-                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1",
-                              "policy.log_std_init=-1.5", "env.n_rounds=3"])
-    tr = Trainer(cfg, run_dir=tmp_path / "run")
-    tr.train()
-    tr.close()
+    tiny_run("policy.log_std_init=-1.5", "env.n_rounds=3")
     path = next(p for p in (tmp_path / "run" / "checkpoints").iterdir() if (p / "config.yaml").exists())
     data = yaml.safe_load((path / "config.yaml").read_text())
     data["env"]["num_agents"] = data["env"].pop("n_agents")

@@ -135,21 +135,15 @@ def test_env_options_reach_the_engine_and_the_observation():
         _env(answer_aware=1.5)
 
 
-def test_train_config_checks_the_options_and_export_records_them(tmp_path):
+def test_train_config_checks_the_options_and_export_records_them(tmp_path, tiny_run):
     from dear.export import export_checkpoint, load_exported
     from train.config import ConfigError, load_config
-    from train.happo import Trainer
 
     with pytest.raises(ConfigError, match="env.answer_aware"):
         load_config("smoke", ["env.answer_aware=2"])
     with pytest.raises(ConfigError, match="env.silent"):
         load_config("smoke", ["env.silent=3"])
-    cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
-                              "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1",
-                              "env.silent=true", "env.answer_aware=0.25"])
-    t = Trainer(cfg, run_dir=tmp_path / "run")
-    t.train()
-    t.close()
+    tiny_run("env.silent=true", "env.answer_aware=0.25")
     exported = load_exported(export_checkpoint(tmp_path / "run", tmp_path / "policy"))
     assert exported.silent and exported.answer_aware == 0.25
 
