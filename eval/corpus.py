@@ -14,6 +14,8 @@ Two kinds of debates on disjoint questions (GSM8K train by default, V = 3, R = 2
 
 Questions: one seeded permutation of the split (`--data-seed`); logging debates take its even positions, MAD
 debates its odd positions, so the two sets are disjoint and a larger `--n-logging` / `--n-mad` extends them.
+`--repeats K` gives every logging question K debates with distinct seeds (repeat 0 is the first debate, so a
+larger K grows an existing corpus): more real texts per answer class for the simulator's text bank.
 
 Layout of `--out`: `settings.json` (guarded: a resumed run must use the same settings), `corpus.jsonl.gz` (one
 gzip member per finished debate, each one JSON line `{"kind", "layout", "policy", "trace"}`; `trace` is a full
@@ -48,7 +50,7 @@ import numpy as np
 
 from dear import tasks
 from dear.cli import run as run_cli
-from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl
+from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, default_debate_seed
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import MADProtocol
 from dear.debate.trace import DebateTrace
@@ -57,6 +59,7 @@ from dear.llm.base import Backend
 from dear.llm.local import SPECULATIVE_TYPES
 from dear.llm.registry import make_backend
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE  # the ranges training uses
+from dear.seeds import derive_seed
 from dear.tasks.loaders import subset
 from dear.tasks.types import Question
 from eval.settings_guard import guard_settings
@@ -235,7 +238,8 @@ class CorpusRunDir:
         self.corpus = CorpusFile(root / CORPUS_FILE)
 
     def done(self, kind: str) -> set[str]:
-        return {r["trace"]["question_id"] for r in self.corpus.records if r["kind"] == kind}
+        """Debate ids of this kind already in the corpus (a question's repeats have distinct ids)."""
+        return {r["trace"]["debate_id"] for r in self.corpus.records if r["kind"] == kind}
 
 
 def split_questions(s: CorpusSettings, n_logging: int, n_mad: int) -> dict[str, list[Question]]:
@@ -250,8 +254,21 @@ def split_questions(s: CorpusSettings, n_logging: int, n_mad: int) -> dict[str, 
     return {"logging": sets["logging"][:n_logging], "mad": sets["mad"][:n_mad]}
 
 
+def repeat_seed(q: Question, k: int) -> int:
+    """Debate seed of the k-th debate of question q: repeat 0 is the engine's default seed (the corpus's first
+    debates), later repeats derive distinct seeds from it."""
+    return default_debate_seed(q) if k == 0 else derive_seed(default_debate_seed(q), k)
+
+
+def planned(questions: Sequence[Question], repeats: int) -> list[tuple[Question, int]]:
+    """(question, debate seed) of every debate: repeat 0 of all questions first, then repeat 1, ... (a stop
+    while growing keeps whole repeats of the earlier questions)."""
+    return [(q, repeat_seed(q, k)) for k in range(repeats) for q in questions]
+
+
 def collect(run: CorpusRunDir, s: CorpusSettings, backend: Backend, n_logging: int, n_mad: int,
-            max_in_flight: int) -> None:
+            max_in_flight: int, repeats: int = 1) -> None:
+    """Missing debates: `repeats` logging debates per logging question (distinct seeds), one MAD per MAD question."""
     cfg = DebateConfig(n_agents=s.n_agents, n_rounds=s.n_rounds, max_tokens=s.max_tokens, seed=s.seed,
                        layout=s.layout, temperature0=s.temperature0, top_p0=s.top_p0)
     engine = DebateEngine(backend, cfg)
@@ -259,13 +276,14 @@ def collect(run: CorpusRunDir, s: CorpusSettings, backend: Backend, n_logging: i
     protocols = {"logging": policy, "mad": MADProtocol(s.n_agents, s.n_rounds, s.mad_temperature, s.mad_top_p)}
     for kind, questions in split_questions(s, n_logging, n_mad).items():
         done = run.done(kind)
-        todo = [q for q in questions if q.id not in done]
+        plan = planned(questions, repeats if kind == "logging" else 1)
+        todo = [(q, seed) for q, seed in plan if f"{q.task}/{q.id}/s{seed}" not in done]
         if todo:
             _collect_kind(run, s, engine, kind, protocols[kind], todo, max_in_flight)
 
 
 def _collect_kind(run: CorpusRunDir, s: CorpusSettings, engine: DebateEngine, kind: str, protocol,
-                  todo: Sequence[Question], max_in_flight: int) -> None:
+                  todo: Sequence[tuple[Question, int]], max_in_flight: int) -> None:
     """Run one kind's missing debates concurrently, appending each to the corpus as soon as it finishes."""
     t0 = time.perf_counter()
     counter = {"n": 0, "failed": 0}
@@ -282,7 +300,8 @@ def _collect_kind(run: CorpusRunDir, s: CorpusSettings, engine: DebateEngine, ki
         counter["n"] += 1
         log.info("%s %d/%d %s (%.0f s)", kind, counter["n"], len(todo), d.debate_id, time.perf_counter() - t0)
 
-    engine.run_concurrent(todo, protocol, max_in_flight, on_done=on_done)
+    engine.run_concurrent([q for q, _ in todo], protocol, max_in_flight, debate_seeds=[seed for _, seed in todo],
+                          on_done=on_done)
     print(f"{kind}: {counter['n']} debate(s) added, {counter['failed']} failed, {time.perf_counter() - t0:.0f} s",
           flush=True)
 
@@ -319,19 +338,21 @@ def model_file_info(llm: str) -> dict[str, str]:
 def write_provenance(run: CorpusRunDir, s: CorpusSettings, command: str) -> str:
     recs = run.corpus.records
     counts = {k: sum(r["kind"] == k for r in recs) for k in KINDS}
+    questions = {k: len({r["trace"]["question_id"] for r in recs if r["kind"] == k}) for k in KINDS}
     model = model_file_info(s.llm)
     dates = sorted({r.get("written_at", "") for r in recs} - {""})
     synthetic = s.llm.split(":")[0] == "sim"
     lines = [
         "# Debate corpus" + (" (SYNTHETIC: sim backend, not a real model)" if synthetic else ""),
         "",
-        f"Command (continue or grow it with the same flags and larger --n-*): `{command}`",
+        f"Command (continue or grow it with the same flags and larger --n-* or --repeats): `{command}`",
         "",
         f"- Backend: `{s.llm}`; model file `{model['file']}`, sha256 `{model['sha256']}`.",
         f"- Questions: `{s.task}` split `{s.split}`, permutation seed (--data-seed) {s.data_seed}; logging debates "
         "on even positions, MAD on odd positions (disjoint).",
         f"- Licence of the source questions: {_licence(s.task)}.",
-        f"- Debates: {counts['logging']} logging-policy, {counts['mad']} MAD; V = {s.n_agents}, R = {s.n_rounds} "
+        f"- Debates: {counts['logging']} logging-policy on {questions['logging']} questions (`--repeats` gives a "
+        f"question several), {counts['mad']} MAD on {questions['mad']}; V = {s.n_agents}, R = {s.n_rounds} "
         f"exchange rounds, {s.max_tokens} max completion tokens, exchange layout `{s.layout}`, engine seed "
         f"{s.seed}, round 0 at T {s.temperature0}, top-p {s.top_p0}.",
         f"- Logging policy: pair bits Bernoulli({s.mask_p}), temperature ~ U{tuple(s.temperature_range)}, top-p ~ "
@@ -365,6 +386,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--split", default="train")
     p.add_argument("--n-logging", type=int, default=96)
     p.add_argument("--n-mad", type=int, default=24)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="logging debates per logging question, with distinct seeds (grows the text bank's "
+                        "answer classes; default 1)")
     p.add_argument("--layout", choices=LAYOUTS, required=True, help="exchange-round prompt layout (recorded)")
     p.add_argument("--n-agents", type=int, default=3)
     p.add_argument("--n-rounds", type=int, default=2)
@@ -391,7 +415,7 @@ def settings_from_args(a: argparse.Namespace) -> CorpusSettings:
     for flag in ("n_logging", "n_mad"):
         if getattr(a, flag) < 0:
             raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 0")
-    for flag in ("n_agents", "max_tokens", "parallel", "n_ctx"):
+    for flag in ("n_agents", "max_tokens", "parallel", "n_ctx", "repeats"):
         if getattr(a, flag) < 1:
             raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 1")
     if a.n_rounds < 1:
@@ -425,7 +449,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
         backend = make_backend(s.llm, **kw)
     in_flight = a.max_in_flight or max(1, a.parallel // s.n_agents)
     try:
-        collect(run, s, backend, a.n_logging, a.n_mad, in_flight)
+        collect(run, s, backend, a.n_logging, a.n_mad, in_flight, a.repeats)
     finally:
         if own:
             backend.close()

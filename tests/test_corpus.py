@@ -70,7 +70,7 @@ def test_collects_logging_and_mad_debates_on_disjoint_questions(tmp_path):
             assert all(t["peers"] == [j for j in range(3) if j != t["agent"]] and t["temperature"] == 0.7
                        for t in tr["rounds"][1])
     prov = (out / "PROVENANCE.md").read_text()
-    assert "SYNTHETIC" in prov and "6 logging-policy, 3 MAD" in prov and "layout `single`" in prov
+    assert "SYNTHETIC" in prov and "6 logging-policy on 6 questions" in prov and "3 MAD on 3" in prov and "layout `single`" in prov
     assert "python -m eval.corpus" in prov and "--n-logging 6" in prov
 
 
@@ -101,6 +101,26 @@ def test_resume_grows_the_corpus_and_a_cut_member_is_redone(tmp_path):
                         for turns in r["trace"]["rounds"]]) for r in recs)
 
     assert content(again) == content(read_corpus(fresh))
+
+
+def test_repeats_add_debates_with_new_seeds_to_the_same_questions(tmp_path):
+    out = tmp_path / "c"
+    _run(out, 3, 1)
+    first = read_corpus(out)
+    _run(out, 3, 1, "--repeats", "2")  # grows: a second logging debate per logging question, MAD unchanged
+    grown = read_corpus(out)
+    assert grown[: len(first)] == first and len(grown) == 3 * 2 + 1
+    logging_ = [r["trace"] for r in grown if r["kind"] == "logging"]
+    by_question = {}
+    for t in logging_:
+        by_question.setdefault(t["question_id"], []).append(t)
+    assert len(by_question) == 3 and all(len(v) == 2 for v in by_question.values())
+    for a, b in by_question.values():  # distinct seeds, so distinct draws of the logging policy and of the sim
+        assert a["debate_id"] != b["debate_id"] and a["seed"] != b["seed"]
+    _run(out, 3, 1, "--repeats", "2")  # nothing left to do
+    assert len(read_corpus(out)) == 7
+    with pytest.raises(SystemExit, match="repeats"):
+        _run(out, 3, 1, "--repeats", "0")
 
 
 def test_settings_guard_and_bad_flags_are_named(tmp_path):
