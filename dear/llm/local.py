@@ -385,7 +385,8 @@ class LocalLlamaBackend(Backend):
         return len(response.json()["tokens"])
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        # Queued requests are dropped; those inside llama.cpp finish first (the server must outlive them).
+        self._pool.shutdown(wait=True, cancel_futures=True)
         if self._http is not None:
             self._http.close()
             self._http = None
