@@ -50,7 +50,7 @@ import numpy as np
 
 from dear import tasks
 from dear.cli import run as run_cli
-from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, default_debate_seed
+from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, debate_id_of, default_debate_seed
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import MADProtocol
 from dear.debate.trace import DebateTrace
@@ -277,7 +277,7 @@ def collect(run: CorpusRunDir, s: CorpusSettings, backend: Backend, n_logging: i
     for kind, questions in split_questions(s, n_logging, n_mad).items():
         done = run.done(kind)
         plan = planned(questions, repeats if kind == "logging" else 1)
-        todo = [(q, seed) for q, seed in plan if f"{q.task}/{q.id}/s{seed}" not in done]
+        todo = [(q, seed) for q, seed in plan if debate_id_of(q, seed) not in done]
         if todo:
             _collect_kind(run, s, engine, kind, protocols[kind], todo, max_in_flight)
 

@@ -448,7 +448,6 @@ MLE_CONVENTIONS = {
 }
 _BOUND = 12.0  # |logit-scale parameters| (a logistic term beyond ±12 is a probability within 6e-6 of 0 or 1)
 N_DISTRACTORS = 3  # shared wrong answers per synthetic question (dear/tasks/synthetic.py)
-SIM_TEXT_OVERHEAD_WORDS = TEXT_OVERHEAD_TOKENS  # a sim completion's tokens outside its reasoning body
 
 
 @dataclass(frozen=True)
@@ -616,7 +615,7 @@ def fit_words(records_turns: Sequence[tuple[float, int, bool]]) -> dict[str, Any
     if len(rows) < 3 or float(np.ptp([t for t, _ in rows])) < 1e-6:
         return {"identified": False, "n": len(rows)}
     T = np.array([t for t, _ in rows])
-    y = np.array([n for _, n in rows], dtype=float) - SIM_TEXT_OVERHEAD_WORDS
+    y = np.array([n for _, n in rows], dtype=float) - TEXT_OVERHEAD_TOKENS
     X = np.stack([np.ones_like(T), T], 1)
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     resid = y - X @ coef

@@ -159,7 +159,6 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                          f"{_config_agents(path)} (is the config's V right?): {e}") from None
     m = exported.manifest
     training = dict(m.get("training", {}))
-    training.setdefault("sim_params", _trainer_sim_params(path))
     cfg = exported.policy.config
     for field_, mode in (("selection_mode", cfg.selection_mode), ("behavior_mode", cfg.behavior_mode)):
         if mode != "learned":
@@ -186,22 +185,6 @@ def training_world(training: dict[str, Any]) -> str:
     if llm.split(":", 1)[0] == "sim":
         return "sim-fitted" if isinstance(training.get("sim_params"), str) or ":" in llm else "sim-trained"
     return f"{llm}-trained"
-
-
-def _trainer_sim_params(path: Path) -> Any:
-    """``llm.options.params_file`` (a fitted world) or ``llm.options.params`` (a path or a dict of overrides) of a
-    trainer checkpoint's config.yaml, else None."""
-    import yaml
-
-    cfg_path = _trainer_dir(path) / "config.yaml" if _trainer_dir(path) else None
-    if cfg_path is None or not cfg_path.exists():
-        return None
-    try:
-        cfg = yaml.safe_load(cfg_path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"--checkpoint: {cfg_path} is not valid YAML: {e}") from None
-    options = (cfg.get("llm") or {}).get("options") or {}
-    return options.get("params_file") or options.get("params")
 
 
 def _trainer_dir(path: Path) -> Path | None:

@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from dear.llm import sim
 from dear.llm.sim import SimBackend, SimParams
 from eval import corpus, fit_corpus, fit_sim
 from eval.fit_corpus import NullModel
@@ -118,7 +119,7 @@ def test_wrong_answer_patterns_and_length_fit():
     assert probs[(3,)] == pytest.approx(1.0, abs=1e-9)
     rng = np.random.default_rng(0)
     T = rng.uniform(0.1, 1.2, 400)
-    tokens = 40 + 90 * T + fit_sim.SIM_TEXT_OVERHEAD_WORDS + rng.normal(0, 6, 400)
+    tokens = 40 + 90 * T + sim.TEXT_OVERHEAD_TOKENS + rng.normal(0, 6, 400)
     w = fit_sim.fit_words([(t, int(round(n)), False) for t, n in zip(T, tokens)] + [(1.0, 384, True)] * 50)
     assert w["words_base"] == pytest.approx(40, abs=2) and w["words_per_temp"] == pytest.approx(90, abs=3)
     assert fit_sim.fit_words([(0.7, 100, False)] * 10)["identified"] is False  # T never varied
@@ -136,7 +137,7 @@ def test_sim_text_overhead_constant_matches_the_backend():
         req = ChatRequest((ChatMessage("user", q.question),), temperature=0.0, top_p=0.9, max_tokens=4096, seed=s,
                           metadata={"question_text": q.question, "agent": 0, "round": 0})
         extra.append(be.generate([req])[0].completion_tokens - 80)
-    assert abs(np.mean(extra) - fit_sim.SIM_TEXT_OVERHEAD_WORDS) < 2.5  # words ~ N(80, 6)
+    assert abs(np.mean(extra) - sim.TEXT_OVERHEAD_TOKENS) < 2.5  # words ~ N(80, 6)
 
 
 def test_not_identified_parameters_are_reported():

@@ -227,6 +227,11 @@ def _shown(turn: AgentTurn, to_peer: bool = True) -> prompts.ShownAnswer:
                                turn.peer_summary if to_peer else None)
 
 
+def debate_id_of(question: Question, seed: int) -> str:
+    """The id of the debate of `question` with debate seed `seed` (traces, corpora and done lists use it)."""
+    return f"{question.task}/{question.id}/s{seed}"
+
+
 def default_debate_seed(question: Question) -> int:
     """Stable per question id, so results do not depend on the position in a batch (and caches hit)."""
     return zlib.crc32(f"{question.task}/{question.id}".encode())
@@ -280,7 +285,7 @@ class DebateEngine:
         n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
         debates = []
         for q, s in zip(questions, debate_seeds):
-            debate_id = f"{q.task}/{q.id}/s{s}"
+            debate_id = debate_id_of(q, s)
             trace = DebateTrace(
                 debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
                 kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,

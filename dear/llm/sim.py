@@ -53,8 +53,10 @@ Text
 from a vocabulary derived deterministically from the answer X (stable hash), plus topic words of the question
 (shared by everyone) and noise words from the agent's style and the sampling (more at higher T), so embeddings
 of agents with the same answer are much closer than of agents with different answers. Length in words grows
-with T (``words_base + words_per_temp·T``, ≈ 60–150); completion_tokens = word count; prompt_tokens ≈ characters
-of all messages / 4. A completion longer than the request's ``max_tokens`` is cut there with
+with T (``words_base + words_per_temp·T``, ≈ 60–150). Token counters: prompt_tokens = characters of all messages
+/ ``prompt_chars_per_token`` (4 by default); with ``text_chars_per_token`` = 0 (default) completion_tokens is the
+word count, with c > 0 (the fit's value) a completion of n tokens is written about n·c characters long, so a sim
+text counts in a later prompt what a real completion of its length counts. A completion longer than the request's ``max_tokens`` is cut there with
 ``finish_reason = "length"`` and loses its conclusion and final answer, as a real model's would.
 
 Real texts (option ``text_bank``, issue 14): on real texts the encoder separates agreeing from differing pairs
