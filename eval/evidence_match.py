@@ -3,20 +3,24 @@
     python -m eval.evidence_match --corpus results/corpus-gsm8k --out results/corpus-gsm8k/evidence \\
         [--encoder minilm] [--params results/corpus-gsm8k/fit/sim_params_synthetic_fit.json]
 
-The choice: the sim emits real texts. A text bank is built from the training questions of the corpus (the same
+The choice: the sim emits real texts, recombined. A text bank is built from the training questions of the corpus (the same
 seeded question split as eval.fit_corpus): for each real question, its distinct parsed answers with the real
 completions that gave them. With `SimBackend(text_bank=...)` the sim keeps its decisions and token counts but
-writes a real completion of the matching answer class (dear/llm/sim.py, "Real texts"). Why not model e_ij
+writes a real completion of the matching answer class (dear/llm/sim.py, "Real texts"), whose sentences are
+dropped (probability 1 − keep) or swapped for a sentence of the question's other texts (probability mix): a
+corpus with a few texts per answer class would otherwise show two agreeing agents the identical text. keep and
+mix are fitted by grid search on the training questions' pairs (KS agree + KS differ) and validated on the
+held-out ones; the fitted world is written to `sim_params_synthetic_texts.json`. Why not model e_ij
 directly: e_ij is computed by the evaluation's encoder from texts (reasoning and conclusion separately), so
 real texts give the right e_ij under any encoder (MiniLM, BGE-M3, hashing) and keep the joint structure of the
 V×V matrix and of h, c, with no per-encoder distribution to fit; modelling e_ij would tie the simulator to one
 encoder and need a hook past the encoder in the regulator.
 
 Reported, for pairs of agents whose parsed answers agree / differ (all rounds pooled), under `--encoder`:
-real (held-out corpus questions and MAD debates: texts the bank never saw) vs the sim before (its own
-pseudo-word texts) and after (bank texts), MAD debates on synthetic questions: mean, sd, quantiles, the
+real (held-out corpus questions and MAD debates: texts the bank never saw) vs the sim with its own pseudo-word
+texts, whole bank texts and recombined bank texts, MAD debates on synthetic questions: mean, sd, quantiles, the
 separation d′ and the two-sample Kolmogorov–Smirnov distance real vs sim (scipy.stats.ks_2samp).
-Outputs: `text_bank.json.gz`, `evidence_report.md`, `evidence_report.json`.
+Outputs: `text_bank.json.gz`, `sim_params_synthetic_texts.json`, `evidence_report.md`, `evidence_report.json`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import shlex
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,9 @@ from eval.fit_corpus import Corpus, load_corpus, split_by_question
 log = logging.getLogger("eval.evidence_match")
 PROG = "python -m eval.evidence_match"
 BANK_FILE = "text_bank.json.gz"
+PARAMS_FILE = "sim_params_synthetic_texts.json"  # the --params world plus the fitted recombination
+KEEP_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+MIX_GRID = (0.0, 0.1, 0.2, 0.3, 0.4)
 
 
 def build_text_bank(traces: Sequence[dict]) -> dict[str, Any]:
@@ -73,8 +81,8 @@ def build_text_bank(traces: Sequence[dict]) -> dict[str, Any]:
 def write_text_bank(bank: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(bank, f, ensure_ascii=False)
+    data = json.dumps(bank, ensure_ascii=False).encode("utf-8")
+    path.write_bytes(gzip.compress(data, mtime=0))  # no timestamp: the same bank gives the same bytes
     return path
 
 
@@ -191,8 +199,63 @@ def corpus_from_traces(paths: Sequence[str | Path]) -> Corpus:
     return Corpus(settings, traces, [])
 
 
+@dataclass
+class RecombinationFit:
+    """The grid search of the bank's sentence recombination: KS distances to the training pairs per point."""
+    keep: float
+    mix: float
+    grid: list[dict[str, float]]  # {"keep", "mix", "ks_agree", "ks_differ", "score"} per grid point
+
+
+def fit_recombination(params: SimParams, settings: dict[str, Any], n_sim: int, seed: int, bank_path: Path,
+                      encoder: Encoder, real_train: dict[str, np.ndarray], keeps: Sequence[float],
+                      mixes: Sequence[float]) -> RecombinationFit:
+    """(bank_sentence_keep, bank_sentence_mix) minimising KS(agree) + KS(differ) against the training questions'
+    pairs. The same sim seed at every point, so the decisions are equal and only the texts differ."""
+    grid = []
+    for keep in keeps:
+        for mix in mixes:
+            p = replace(params, bank_sentence_keep=float(keep), bank_sentence_mix=float(mix))
+            sim = pair_evidence(simulate_traces(p, settings, n_sim, seed, bank_path), encoder)
+            ks_a, ks_d = (ks(real_train[k], sim[k])["statistic"] for k in ("agree", "differ"))
+            grid.append({"keep": float(keep), "mix": float(mix), "ks_agree": ks_a, "ks_differ": ks_d,
+                         "score": ks_a + ks_d})
+            log.info("keep %.2f mix %.2f: KS agree %.3f differ %.3f", keep, mix, ks_a, ks_d)
+    best = min(grid, key=lambda g: (g["score"], -g["keep"], g["mix"]))  # ties: the least recombination
+    fit = RecombinationFit(best["keep"], best["mix"], grid)
+    for edge in on_grid_edge(fit):
+        log.warning("the fitted %s is on the edge of its grid: widen the grid", edge)
+    return fit
+
+
+def grid_markdown(fit: RecombinationFit) -> list[str]:
+    lines = ["", "Sentence recombination fitted on the training questions' pairs (KS agree + KS differ, lower is "
+             "better; the held-out rows above are the validation):", "",
+             "| keep | mix | KS agree | KS differ | sum |", "|---:|---:|---:|---:|---:|"]
+    for g in fit.grid:
+        mark = " ← chosen" if (g["keep"], g["mix"]) == (fit.keep, fit.mix) else ""
+        lines.append(f"| {g['keep']:.2f} | {g['mix']:.2f} | {g['ks_agree']:.3f} | {g['ks_differ']:.3f} | "
+                     f"{g['score']:.3f}{mark} |")
+    edge = on_grid_edge(fit)
+    if edge:
+        lines += ["", f"**The chosen point is on the grid's edge ({', '.join(edge)}): widen the grid.**"]
+    return lines
+
+
+def on_grid_edge(fit: RecombinationFit) -> list[str]:
+    """The parameters whose chosen value is the largest or smallest tried but not the end of [0, 1]."""
+    edge = []
+    for name in ("keep", "mix"):
+        tried = sorted({g[name] for g in fit.grid})
+        value = getattr(fit, name)
+        if len(tried) > 1 and ((value == tried[0] and value > 0.0) or (value == tried[-1] and value < 1.0)):
+            edge.append(f"{name} = {value:.2f}")
+    return edge
+
+
 def run(corpus_dir: str | Path | Corpus, out: str | Path, encoder_spec: str, params: SimParams, n_sim: int,
-        holdout: float, seed: int, command: str) -> dict[str, Any]:
+        holdout: float, seed: int, command: str, keeps: Sequence[float] = KEEP_GRID,
+        mixes: Sequence[float] = MIX_GRID, params_source: str | None = None) -> dict[str, Any]:
     corpus = corpus_dir if isinstance(corpus_dir, Corpus) else load_corpus(corpus_dir)
     train, test = split_by_question(corpus.logging, holdout, seed)
     out = Path(out)
@@ -202,20 +265,40 @@ def run(corpus_dir: str | Path | Corpus, out: str | Path, encoder_spec: str, par
     bank_path = write_text_bank(bank, out / BANK_FILE)
     encoder = make_encoder(encoder_spec)
     real = pair_evidence(test + corpus.mad, encoder)
-    sims = {"sim before (own texts)": pair_evidence(simulate_traces(params, corpus.settings, n_sim, seed, None),
-                                                    encoder),
-            "sim after (bank texts)": pair_evidence(simulate_traces(params, corpus.settings, n_sim, seed, bank_path),
-                                                    encoder)}
-    res = compare(real, sims)
+    fit = fit_recombination(params, corpus.settings, n_sim, seed, bank_path, encoder, pair_evidence(train, encoder),
+                            keeps, mixes)
+    whole = replace(params, bank_sentence_keep=1.0, bank_sentence_mix=0.0)
+    fitted = replace(params, bank_sentence_keep=fit.keep, bank_sentence_mix=fit.mix)
+    fitted.to_json(out / PARAMS_FILE, source=params_source, command=command, encoder=encoder_spec,
+                   text_bank=str(bank_path))
+    sims = {"sim, own texts": simulate_traces(params, corpus.settings, n_sim, seed, None),
+            "sim, whole bank texts": simulate_traces(whole, corpus.settings, n_sim, seed, bank_path),
+            f"sim, recombined bank texts (keep {fit.keep:.2f}, mix {fit.mix:.2f})":
+                simulate_traces(fitted, corpus.settings, n_sim, seed, bank_path)}
+    res = compare(real, {name: pair_evidence(trs, encoder) for name, trs in sims.items()})
     synthetic = str(corpus.settings.get("llm", "")).split(":")[0] in ("sim", "sim-v1")
     sizes = (f"Real pairs from {len(test) + len(corpus.mad)} debates on {len({t['question_id'] for t in test})} held-out "
              f"+ {len({t['question_id'] for t in corpus.mad})} MAD questions; bank: {bank['n_texts']} texts of "
-             f"{len(bank['questions'])} training questions; sim: {n_sim} MAD debates, seed {seed}.")
-    (out / "evidence_report.md").write_text(report_markdown(res, command, encoder_spec, synthetic) + "\n" + sizes + "\n")
+             f"{len(bank['questions'])} training questions; sim: {n_sim} MAD debates, seed {seed}. "
+             f"The fitted world's parameters: `{out / PARAMS_FILE}`.")
+    md = report_markdown(res, command, encoder_spec, synthetic) + "\n".join(grid_markdown(fit)) + "\n\n" + sizes
+    (out / "evidence_report.md").write_text(md + "\n")
     (out / "evidence_report.json").write_text(json.dumps({"command": command, "encoder": encoder_spec,
                                                           "bank": str(bank_path), "n_bank_texts": bank["n_texts"],
-                                                          "results": res}, indent=2) + "\n")
+                                                          "params": str(out / PARAMS_FILE),
+                                                          "recombination": asdict(fit), "results": res},
+                                                         indent=2) + "\n")
     return res
+
+
+def _grid(text: str, flag: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"{flag} must list probabilities in [0, 1], got {text!r}")
+    return values
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -229,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sim-debates", type=int, default=48)
     ap.add_argument("--holdout", type=float, default=0.2, help="as in eval.fit_corpus (bank from the rest)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep-grid", default=",".join(map(str, KEEP_GRID)), help="bank_sentence_keep values tried")
+    ap.add_argument("--mix-grid", default=",".join(map(str, MIX_GRID)), help="bank_sentence_mix values tried")
     a = ap.parse_args(argv)
     if a.sim_debates < 1:
         ap.error("--sim-debates must be >= 1")
@@ -239,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         params = SimParams.from_json(a.params) if a.params else SimParams()
         source = a.corpus if a.corpus else corpus_from_traces(a.traces)
-        run(source, a.out, a.encoder, params, a.sim_debates, a.holdout, a.seed, command)
+        run(source, a.out, a.encoder, params, a.sim_debates, a.holdout, a.seed, command,
+            _grid(a.keep_grid, "--keep-grid"), _grid(a.mix_grid, "--mix-grid"), a.params)
     except ValueError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
     print((Path(a.out) / "evidence_report.md").read_text())

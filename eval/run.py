@@ -52,6 +52,8 @@ log = logging.getLogger("eval")
 # `--n` may change: a subset is the first n of a seeded shuffle, so a larger n extends a smaller one.
 _FIXED_SETTINGS = ("llm", "seed", "n_agents", "n_rounds", "max_tokens", "temperature", "top_p", "sc_samples",
                    "checkpoint", "encoder", "backend_options", "checkpoint_sha256", "layout", "policy_sampling")
+# The policy's settings: a run without a DEAR method keeps the directory's (its answers do not depend on them).
+_POLICY_SETTINGS = ("checkpoint", "encoder", "checkpoint_sha256", "policy_sampling")
 POLICY_SAMPLING = ("deterministic", "sampled")
 _RENAMED_SETTINGS = {"agents": "n_agents", "rounds": "n_rounds"}
 ROUND0 = "round0"  # the pseudo-method name of the shared round 0 in timings and failure lists
@@ -238,6 +240,8 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
                              f"stored round 0); rebuild its report with --report-only or use a fresh --out")
         # A re-render may name the same policy at another path (a moved or copied directory); its sha256 counts.
         compared = [k for k in _FIXED_SETTINGS if k in old and not (report_only and k == "checkpoint")]
+        if settings.checkpoint is None:  # baselines only: the stored policy stays the directory's policy
+            compared = [k for k in compared if k not in _POLICY_SETTINGS]
         diff = {k: (old.get(k), current[k]) for k in compared if old.get(k) != current[k]}
         if diff:
             raise ValueError(
@@ -633,6 +637,21 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     )
 
 
+def _directory_checkpoint(out: str | None) -> str | None:
+    """The policy an existing results directory was evaluated with (its run.json), if it still exists."""
+    path = Path(out) / "run.json" if out else None
+    if path is None or not path.exists():
+        return None
+    try:
+        stored = json.loads(path.read_text()).get("settings", {}).get("checkpoint")
+    except (json.JSONDecodeError, AttributeError):
+        return None  # _check_settings names the broken file
+    if stored and not Path(stored).exists():
+        log.warning("%s names the policy %s, which is gone", path, stored)
+        return None
+    return stored
+
+
 def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> list[report.MethodResult]:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -640,13 +659,15 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
     a = parse_args(argv)
     specs = M.parse_methods(a.methods)
     ckpt = None
+    if not a.checkpoint:  # a directory evaluated with a policy keeps it: resuming needs no --checkpoint
+        a.checkpoint = _directory_checkpoint(a.out)
     if any(s.needs_checkpoint for s in specs):
         if not a.checkpoint:
             need = [s.name for s in specs if s.needs_checkpoint]
             raise ValueError(f"methods {need} need --checkpoint (a training run dir or an exported policy)")
         ckpt = M.load_checkpoint(a.checkpoint)
-    elif a.checkpoint:
-        log.info("--checkpoint is ignored: no DEAR method selected")
+    elif a.checkpoint:  # no DEAR method runs, but the policy names the directory's DEAR rows in the report
+        ckpt = M.load_checkpoint(a.checkpoint)
     settings = settings_from_args(a, ckpt, specs)
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -143,6 +143,24 @@ def test_settings_mismatch_in_same_dir(tmp_path, ckpt):
     assert len((out / "traces" / "synthetic" / "cot.jsonl").read_text().splitlines()) == 4
 
 
+def test_baselines_extend_a_directory_evaluated_with_a_policy(tmp_path, ckpt):
+    """Baselines run later (or for more questions) in a DEAR directory, with or without --checkpoint: the
+    directory's policy stays its policy, and a later run or report without --checkpoint uses it."""
+    out = tmp_path / "res"
+    eval_run.main(_args(out, ckpt, methods="majority,dear", n=2))
+    eval_run.main(_args(out, ckpt, methods="majority,mad", n=3))  # with the same --checkpoint
+    no_ckpt = _args(out, ckpt, methods="mad,dear", n=4)
+    del no_ckpt[:2]
+    results = eval_run.main(no_ckpt)
+    assert all(r.summary.n == 4 for r in results)
+    labels = {r.method: r.label for r in results}
+    assert labels["dear"].startswith("DEAR (") and labels["mad"] == "MAD"
+    assert json.loads((out / "run.json").read_text())["settings"]["checkpoint"] == str(ckpt.resolve())
+    other = make_train_checkpoint(tmp_path / "other", temperature_range=(0.2, 1.0))
+    with pytest.raises(ValueError, match="different settings.*checkpoint"):
+        eval_run.main(_args(out, other, methods="dear", n=2))
+
+
 def test_bad_inputs(tmp_path, ckpt, capsys):
     out = tmp_path / "res"
     with pytest.raises(ValueError, match=r"unknown benchmark\(s\) \['nope'\]"):

@@ -49,8 +49,12 @@ def padded_corpus(tmp_path_factory):
 
 def test_bank_texts_bring_the_sim_evidence_to_the_corpus(padded_corpus, tmp_path):
     res = evidence_match.run(padded_corpus, tmp_path, "hashing", SimParams(), n_sim=40, holdout=0.3, seed=0,
-                             command="test")
-    real, before, after = res["real"], res["sim before (own texts)"], res["sim after (bank texts)"]
+                             command="test", keeps=(0.7, 1.0), mixes=(0.0,))
+    fitted = json.loads((tmp_path / "evidence_report.json").read_text())["recombination"]
+    assert (fitted["keep"], fitted["mix"]) in {(0.7, 0.0), (1.0, 0.0)} and len(fitted["grid"]) == 2
+    assert SimParams.from_json(tmp_path / evidence_match.PARAMS_FILE).bank_sentence_keep == fitted["keep"]
+    name = f"sim, recombined bank texts (keep {fitted['keep']:.2f}, mix {fitted['mix']:.2f})"
+    real, before, after = res["real"], res["sim, own texts"], res[name]
     assert real["agree"]["n"] > 100 and real["differ"]["n"] > 50
     # the padded corpus separates agreement far less than the sim's own texts
     assert real["d_prime"] < before["d_prime"] / 2
@@ -78,6 +82,37 @@ def test_text_bank_keeps_the_sims_answers_and_decisions(padded_corpus, tmp_path)
         TextBank.load(tmp_path / "missing.json.gz")
     with pytest.raises(ValueError, match="no question"):
         TextBank([], "x")
+
+
+def test_recombined_bank_texts_keep_the_conclusion_and_draw_from_the_question():
+    text = "Reasoning: First step.\nSecond step. Third step.\nConclusion: The answer is 4.\nFinal answer: 4"
+    bank = TextBank([{"id": "q", "classes": [{"answer": "4", "correct": True, "texts": [text]},
+                                              {"answer": "5", "correct": False, "texts": ["Other words here. End."]}]}])
+    h = parse_header("[synthetic id=t-1 difficulty=0.5 answer=4 distractors=5,6]")
+    whole = bank.text_for(h, "4", 1, 0)
+    assert whole == bank.text_for(h, "4", 1, 0, keep=1.0, mix=0.0) and "Final answer" not in whole
+    only_conclusion = bank.text_for(h, "4", 1, 0, keep=0.0)
+    assert only_conclusion == "Conclusion: The answer is 4."
+    # deterministic per (bank text, round, agent); agents differ
+    a = [bank.text_for(h, "4", r, ag, keep=0.5, mix=0.3) for r in range(6) for ag in range(3)]
+    assert a == [bank.text_for(h, "4", r, ag, keep=0.5, mix=0.3) for r in range(6) for ag in range(3)]
+    assert len(set(a)) > 3
+    mixed = bank.text_for(h, "4", 1, 0, keep=1.0, mix=1.0)
+    assert mixed.endswith("Conclusion: The answer is 4.")
+    pool = set(bank._sentences("q"))
+    assert all(s in pool for s in mixed.split("\n"))
+    with pytest.raises(ValueError, match="bank_sentence_keep"):
+        SimParams(bank_sentence_keep=1.5)
+
+
+def test_grid_edge_is_flagged():
+    def fit(keep, mix):
+        grid = [{"keep": k, "mix": m} for k in (0.5, 1.0) for m in (0.0, 0.2)]
+        return evidence_match.RecombinationFit(keep, mix, grid)
+
+    assert evidence_match.on_grid_edge(fit(1.0, 0.0)) == []  # the ends of [0, 1] are not edges
+    assert evidence_match.on_grid_edge(fit(1.0, 0.2)) == ["mix = 0.20"]
+    assert evidence_match.on_grid_edge(fit(0.5, 0.0)) == ["keep = 0.50"]
 
 
 def test_pair_evidence_splits_by_parsed_answer():

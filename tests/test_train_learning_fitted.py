@@ -1,9 +1,9 @@
 """Learning check in the FITTED synthetic world (configs/sim.yaml: the simulator fitted to the real corpus, real
-texts from its bank, MiniLM observations, silent turns). All numbers are synthetic.
+texts from its bank recombined at the sentence level, MiniLM observations, silent turns). All numbers are synthetic.
 
 What the fitted world shows (results/learning-check-sim, 3 seeds, the same 256 held-out debates): DEAR keeps
-MAD's accuracy (0.616 vs 0.621, paired difference -0.005 [-0.057, 0.047]) at less than half its tokens (4,505 vs
-9,438 per question), so its training objective (accuracy - 0.01 x tokens / 1000) is higher (0.571 vs 0.527).
+MAD's accuracy (0.628 vs 0.621, paired difference +0.007 [-0.044, 0.057]) at about half its tokens (4,784 vs
+9,166 per question), so its training objective (accuracy - 0.01 x tokens / 1000) is higher (0.580 vs 0.529).
 It does not beat MAD's accuracy, and the round-0 majority (0.648 at 1,108 tokens) beats both: in this world the
 exchange rounds do not pay. The test pins what regulating does there, with margins for other platforms' floats.
 """

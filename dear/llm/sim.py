@@ -69,6 +69,12 @@ answer to a wrong class by hash; the agent takes a text of that class (by stable
 distinct texts when the class has enough) and its final answer is rewritten to the sim's answer. So two agents
 with equal sim answers show two real texts that gave the same answer to one question, and two agents with
 different answers show real texts with different answers to one question: real agreeing / differing pairs.
+A corpus of a few debates per question holds one or two texts for most classes, so whole texts would make two
+agreeing agents show the identical text (e_ij = 1) far more often than real agents do. Hence the text is
+recombined at the sentence level (sentences and lines): each reasoning sentence is replaced, with probability
+``bank_sentence_mix``, by a random sentence of any text of the same bank question, else kept with probability
+``bank_sentence_keep`` (the last sentence, the conclusion, always stays). Both are fitted by
+``eval.evidence_match`` to the real e_ij distributions; 1 and 0 give the whole completion.
 
 Randomness: one ``numpy.random.Generator`` per request, seeded by (backend seed, request seed, a stable hash
 of question id / agent / round), so the same requests with the same seeds give bit-identical completions in any
@@ -138,6 +144,9 @@ class SimParams:
     # token counting (the fit takes both from the corpus; the defaults are the stylised world's)
     prompt_chars_per_token: float = 4.0  # prompt_tokens = characters of all messages / this
     text_chars_per_token: float = 0.0  # 0: one pseudo-word per completion token; > 0: n tokens are n·c characters
+    # bank texts (used only with a text bank; eval.evidence_match fits both): 1 and 0 = whole real completions
+    bank_sentence_keep: float = 1.0  # each reasoning sentence of the bank text is kept with this probability
+    bank_sentence_mix: float = 0.0  # ... or first replaced, with this one, by a sentence of the question's texts
 
     def __post_init__(self) -> None:
         if not isinstance(self.skills, (list, tuple)) or not self.skills:
@@ -153,7 +162,7 @@ class SimParams:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"SimParams.{f.name} must be a finite number, got {v!r}")
             setattr(self, f.name, float(v))
-        for name in ("p_unique_wrong", "p_resolve"):
+        for name in ("p_unique_wrong", "p_resolve", "bank_sentence_keep", "bank_sentence_mix"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("difficulty_scale", "words_base", "prompt_chars_per_token"):
@@ -320,6 +329,7 @@ def meta_round(req: ChatRequest) -> int:
 
 
 _FINAL_RE = re.compile(r"(?is)(final answer\s*:.*)$")
+_SENTENCE_OR_LINE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 class TextBank:
@@ -340,6 +350,7 @@ class TextBank:
         diverse = [q for q in usable if any(c.get("correct") for c in q["classes"])
                    and sum(not c.get("correct") for c in q["classes"]) >= 2]
         self.eligible = diverse if len(diverse) >= 5 else usable
+        self._pool: dict[str, list[str]] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> TextBank:
@@ -362,7 +373,10 @@ class TextBank:
         """The completion without its final-answer section (the sim writes its own)."""
         return _FINAL_RE.sub("", text).rstrip() or text
 
-    def text_for(self, h: SyntheticHeader, answer: str, round_: int, agent: int) -> str:
+    def text_for(self, h: SyntheticHeader, answer: str, round_: int, agent: int, keep: float = 1.0,
+                 mix: float = 0.0) -> str:
+        """A real completion (without its final answer) of the bank class that stands for the sim's `answer`;
+        with keep < 1 or mix > 0 its sentences are recombined (see the module docstring, "Real texts")."""
         q = self.eligible[_stable_int("bank-question", h.id) % len(self.eligible)]
         classes = q["classes"]
         gold = [k for k, c in enumerate(classes) if c.get("correct")]
@@ -375,7 +389,40 @@ class TextBank:
             k = wrong[_stable_int("bank-unique", answer) % len(wrong)]
         texts = classes[k]["texts"]
         pick = (_stable_int("bank-text", h.id, round_, answer) + agent) % len(texts)
-        return self.strip_final(texts[pick])
+        text = self.strip_final(texts[pick])
+        if keep >= 1.0 and mix <= 0.0:
+            return text
+        # Seeded by the bank text, not the synthetic question: the many synthetic questions that share a bank
+        # question show the same few recombinations, which the encoder's memo then embeds once.
+        rng = np.random.default_rng(_stable_int("bank-recombine", q["id"], k, pick, round_, agent))
+        return self._recombine(text, self._sentences(q["id"]), keep, mix, rng)
+
+    def _sentences(self, question_id: str) -> list[str]:
+        """Every sentence of the question's bank texts (all classes), the pool that `mix` draws from."""
+        if question_id not in self._pool:
+            q = next(q for q in self.questions if q["id"] == question_id)
+            self._pool[question_id] = [s for c in q["classes"] for t in c["texts"]
+                                       for s in _split_sentences(self.strip_final(t))]
+        return self._pool[question_id]
+
+    @staticmethod
+    def _recombine(text: str, pool: list[str], keep: float, mix: float, rng: np.random.Generator) -> str:
+        """The text's sentences, each replaced by a pool sentence with probability `mix`, else kept with
+        probability `keep`; the last one (the conclusion) always stays, so the answer's wording does."""
+        sents = _split_sentences(text)
+        if len(sents) < 2:
+            return text
+        out = []
+        for s in sents[:-1]:
+            if rng.random() < mix:
+                out.append(pool[int(rng.integers(len(pool)))])
+            elif rng.random() < keep:
+                out.append(s)
+        return "\n".join(out + sents[-1:])
+
+
+def _split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_OR_LINE.split(text) if s.strip()]
 
 
 class SimBackend(Backend):
@@ -557,7 +604,8 @@ class SimBackend(Backend):
         if c <= 0:
             tokens = len(text.split())
         if self.text_bank is not None:  # the decision and length are the sim's; the words are a real completion
-            real = self.text_bank.text_for(h, dec.answer, int(meta_round(req)), agent)
+            real = self.text_bank.text_for(h, dec.answer, int(meta_round(req)), agent, p.bank_sentence_keep,
+                                           p.bank_sentence_mix)
             text = f"{real}\nFinal answer: {final}"
         if tokens > req.max_tokens:  # cut like a real model: the answer sections are lost
             cut = max(0, int(req.max_tokens))
