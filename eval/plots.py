@@ -59,6 +59,12 @@ def _finish(fig, axes, text: str, synthetic: bool, path: Path) -> None:
     plt.close(fig)
 
 
+def _bar(ci, scale: float = 1.0) -> list[list[float]]:
+    """matplotlib's [[below], [above]] error bar of an interval around its estimate. A bootstrap interval can
+    miss its estimate by float rounding (or exclude it), so both sides are clipped at 0."""
+    return [[max(0.0, scale * (ci.mean - ci.low))], [max(0.0, scale * (ci.high - ci.mean))]]
+
+
 def accuracy_vs_tokens(results: Sequence[MethodResult], path: Path, synthetic: bool = False) -> None:
     benchmarks, methods, by = _grid(results)
     colors, markers = _colors(methods), _markers(methods)
@@ -71,8 +77,7 @@ def accuracy_vs_tokens(results: Sequence[MethodResult], path: Path, synthetic: b
             s = r.summary
             ax.errorbar(
                 s.total_tokens.mean, 100 * s.accuracy.mean,
-                xerr=[[s.total_tokens.mean - s.total_tokens.low], [s.total_tokens.high - s.total_tokens.mean]],
-                yerr=[[100 * (s.accuracy.mean - s.accuracy.low)], [100 * (s.accuracy.high - s.accuracy.mean)]],
+                xerr=_bar(s.total_tokens), yerr=_bar(s.accuracy, 100.0),
                 fmt=markers[m], color=colors[m], capsize=3, markersize=7, label=r.label, alpha=0.9,
             )
         ax.set_xscale("log")
@@ -177,7 +182,7 @@ def conformity(results: Sequence[MethodResult], path: Path, synthetic: bool = Fa
             ratios = [getattr(r.summary, name) for r in res]
             cis = [wilson_ci(q) for q in ratios]
             vals = np.array([0.0 if math.isnan(c.mean) else 100 * c.mean for c in cis])
-            err = np.array([[0.0, 0.0] if math.isnan(c.mean) else [100 * (c.mean - c.low), 100 * (c.high - c.mean)]
+            err = np.array([[0.0, 0.0] if math.isnan(c.mean) else [b[0] for b in _bar(c, 100.0)]
                             for c in cis]).T
             ax.bar(x + off, vals, width, yerr=err, capsize=2, color=color, hatch=hatch, edgecolor="white",
                    alpha=0.6 if hatch else 1.0, error_kw={"elinewidth": 1}, label=label)

@@ -236,3 +236,13 @@ def test_exported_policy_checkpoint(tmp_path):
     (tmp_path / "junk").mkdir()
     with pytest.raises(ValueError, match="not a usable DEAR policy"):
         eval_run.main(_args(tmp_path / "res3", tmp_path / "junk", methods="dear", n=3))
+
+
+def test_error_bars_clip_an_interval_that_misses_its_estimate():
+    from types import SimpleNamespace
+
+    from eval.plots import _bar
+
+    ci = SimpleNamespace(mean=0.5, low=0.5 + 1e-12, high=0.7)  # float rounding of a bootstrap percentile
+    below, above = _bar(ci, 100.0)
+    assert below == [0.0] and abs(above[0] - 20.0) < 1e-9
