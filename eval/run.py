@@ -10,7 +10,10 @@ also ``<method>.regulator.jsonl`` with the beliefs, masks and sampling the polic
 
 Re-running the same command continues where it stopped: finished questions are skipped (done-list). A debate
 that a backend error ended is never "done": its trace is kept for the record, the report lists it and leaves it
-out of the accuracy, and the next run of the command retries it (a failed round 0 likewise).
+out of the accuracy, and the next run of the command retries it (a failed round 0 likewise). A directory keeps
+the policy it was first evaluated with: later runs and ``--report-only`` without ``--checkpoint`` use the stored
+one, runs of baselines only may extend it, and another policy needs another ``--out`` (``--cache`` can point at
+the first directory's cache so the baselines replay instead of being generated again).
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def _range(text: str | None, flag: str) -> tuple[float, float] | None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", help="training run dir, checkpoint dir or exported policy (needed by DEAR methods)")
+    p.add_argument("--checkpoint", help="training run dir, checkpoint dir or exported policy (needed by DEAR methods; "
+                                        "default: the one --out was evaluated with)")
     p.add_argument("--benchmarks", required=True, help="comma-separated task names, e.g. gsm8k,math500")
     p.add_argument("--n", type=int, default=100, help="questions per benchmark (seeded subset; 0 = all)")
     p.add_argument("--llm", default="local", help="backend spec: local | smoke | sim | openai:URL | vllm:MODEL")
