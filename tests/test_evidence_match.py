@@ -99,7 +99,7 @@ def test_recombined_bank_texts_keep_the_conclusion_and_draw_from_the_question():
     assert len(set(a)) > 3
     mixed = bank.text_for(h, "4", 1, 0, keep=1.0, mix=1.0)
     assert mixed.endswith("Conclusion: The answer is 4.")
-    pool = set(bank._sentences("q"))
+    pool = set(bank._sentences(bank.questions[0]))
     assert all(s in pool for s in mixed.split("\n"))
     with pytest.raises(ValueError, match="bank_sentence_keep"):
         SimParams(bank_sentence_keep=1.5)

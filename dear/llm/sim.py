@@ -395,15 +395,14 @@ class TextBank:
         # Seeded by the bank text, not the synthetic question: the many synthetic questions that share a bank
         # question show the same few recombinations, which the encoder's memo then embeds once.
         rng = np.random.default_rng(_stable_int("bank-recombine", q["id"], k, pick, round_, agent))
-        return self._recombine(text, self._sentences(q["id"]), keep, mix, rng)
+        return self._recombine(text, self._sentences(q), keep, mix, rng)
 
-    def _sentences(self, question_id: str) -> list[str]:
-        """Every sentence of the question's bank texts (all classes), the pool that `mix` draws from."""
-        if question_id not in self._pool:
-            q = next(q for q in self.questions if q["id"] == question_id)
-            self._pool[question_id] = [s for c in q["classes"] for t in c["texts"]
-                                       for s in _split_sentences(self.strip_final(t))]
-        return self._pool[question_id]
+    def _sentences(self, q: dict[str, Any]) -> list[str]:
+        """Every sentence of the bank question's texts (all classes), the pool that `mix` draws from."""
+        if q["id"] not in self._pool:
+            self._pool[q["id"]] = [s for c in q["classes"] for t in c["texts"]
+                                   for s in _split_sentences(self.strip_final(t))]
+        return self._pool[q["id"]]
 
     @staticmethod
     def _recombine(text: str, pool: list[str], keep: float, mix: float, rng: np.random.Generator) -> str:
