@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import threading
 import time
 
 import pytest
 
 from dear.llm import BackendError, ChatMessage, ChatRequest, make_backend
-from dear.llm.local import LocalLlamaBackend
+from dear.llm.local import CANCELLED, LocalLlamaBackend
 
 # One thread: on a shared (CI) machine, llama.cpp threads spinning at barriers slow each other ~10x.
 THREADS = 1
@@ -93,6 +94,30 @@ def test_overflow_is_an_error_completion_not_a_crash(smoke):
 def test_missing_gguf_is_a_backend_error(tmp_path):
     with pytest.raises(BackendError, match="not found"):
         LocalLlamaBackend(tmp_path / "nope.gguf")
+
+
+@pytest.mark.timeout(120)
+def test_close_cancels_the_requests_inside_llama_cpp():
+    """close() during generation ends the streamed requests at their next token: they come back as CANCELLED
+    error completions at once instead of decoding to their token limit (a stopped job used to wait minutes)."""
+    pytest.importorskip("xllamacpp")
+    backend = make_backend("smoke", n_parallel=2, n_ctx=1024, n_threads=THREADS)
+    count = (ChatMessage("user", "Count from 1 to 500, separated by commas."),)
+    request = ChatRequest(count, temperature=0.0, max_tokens=900)
+    out: list = []
+    worker = threading.Thread(target=lambda: out.extend(backend.generate([request, request])))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while backend._in_flight < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # both are inside llama.cpp, past their short prompt
+    started = time.perf_counter()
+    backend.close()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert [c.error for c in out] == [CANCELLED, CANCELLED] and all(c.finish_reason == "error" for c in out)
+    assert time.perf_counter() - started < 10
 
 
 @pytest.mark.timeout(120)

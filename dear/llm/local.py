@@ -1,7 +1,8 @@
 """llama.cpp in-process through the `xllamacpp` wheel: one server, several parallel slots.
 
 Every request of a batch is submitted at once from its own thread (the xllamacpp handler blocks but
-releases the GIL), so llama.cpp decodes all slots together in one continuous batch.
+releases the GIL), so llama.cpp decodes all slots together in one continuous batch. Requests are streamed
+and gathered back into one response, so that `close()` can cancel the ones still decoding.
 """
 
 from __future__ import annotations
@@ -109,6 +110,57 @@ def _error_completion(message: str, latency_s: float) -> Completion:
         latency_s=latency_s,
         error=message,
     )
+
+
+CANCELLED = "cancelled: the backend is closing"
+
+
+class _StreamedChat:
+    """Collects a streamed chat completion (llama.cpp's OpenAI-style chunks) into the one response a
+    non-streamed call returns; `on_chunk` returns True, which ends the stream, once `closing` is set."""
+
+    def __init__(self, closing: threading.Event):
+        self._closing = closing
+        self._parts: list[str] = []
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._timings: dict[str, Any] | None = None
+        self._error: Any = None
+        self.cancelled = False
+
+    def on_chunk(self, chunk: Any) -> bool:
+        if not isinstance(chunk, dict):
+            self._error = {"message": f"unexpected chunk type {type(chunk).__name__}"}
+            return True
+        if "error" in chunk or ("message" in chunk and "choices" not in chunk):
+            self._error = chunk.get("error", chunk)  # llama.cpp's error body, or xllamacpp's own wrapper
+            return True
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self._parts.append(delta["content"])
+            if choice.get("finish_reason"):
+                self._finish_reason = choice["finish_reason"]
+        self._usage = chunk.get("usage") or self._usage
+        self._timings = chunk.get("timings") or self._timings
+        if self._closing.is_set():
+            self.cancelled = True
+            return True
+        return False
+
+    def response(self) -> dict[str, Any]:
+        """The non-streamed response body these chunks make up (or llama.cpp's error object)."""
+        if self._error is not None:
+            return {"error": self._error}
+        if self._finish_reason is None:
+            return {"error": {"message": "the stream ended without a finish reason"}}
+        body: dict[str, Any] = {
+            "choices": [{"message": {"content": "".join(self._parts)}, "finish_reason": self._finish_reason}],
+            "usage": self._usage or {},
+        }
+        if self._timings is not None:
+            body["timings"] = self._timings
+        return body
 
 
 # llama.cpp's draftless speculative decoding types (`--spec-type`), by the name the server's CLI uses.
@@ -321,6 +373,9 @@ class LocalLlamaBackend(Backend):
         # Two submitters per slot keep the server's queue primed when a slot finishes early.
         self._pool = ThreadPoolExecutor(max_workers=2 * n_parallel, thread_name_prefix="llamacpp")
         self._slots = SlotAffinity(n_parallel)
+        self._closing = threading.Event()
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
         self._http = self._http_client()
         self._wait_until_ready()
 
@@ -355,21 +410,36 @@ class LocalLlamaBackend(Backend):
             time.sleep(0.01)
 
     def _one(self, request: ChatRequest) -> Completion:
+        if self._closing.is_set():
+            return _error_completion(CANCELLED, 0.0)
         body = request_payload(request, self._extra)
         body["cache_prompt"] = self._cache_prompt
+        # Streamed, so close() can cancel a request inside llama.cpp: the callback's True ends the stream and
+        # the server cancels the task. The text and usage are gathered back into one response.
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        stream = _StreamedChat(self._closing)
         slot = self._slots.acquire(request.session) if self._cache_prompt else None
         if slot is not None:
             body["id_slot"] = slot
         started = time.perf_counter()
+        with self._in_flight_lock:
+            self._in_flight += 1
         try:
-            data = self._server.handle_chat_completions(body)
+            self._server.handle_chat_completions(body, stream.on_chunk)
         except Exception as exc:  # noqa: BLE001 - a bad request raises instead of returning an error object
             return _error_completion(f"llama.cpp: {type(exc).__name__}: {exc}", time.perf_counter() - started)
         finally:
             self._slots.release(slot)
+            with self._in_flight_lock:
+                self._in_flight -= 1
+        latency = time.perf_counter() - started
+        if stream.cancelled:
+            return _error_completion(CANCELLED, latency)
+        data = stream.response()
         if isinstance(data, dict):
             self.server_timings.add(data.get("timings") or {})
-        return parse_chat_response(data, time.perf_counter() - started)
+        return parse_chat_response(data, latency)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         if self._server is None:
@@ -385,7 +455,13 @@ class LocalLlamaBackend(Backend):
         return len(response.json()["tokens"])
 
     def close(self) -> None:
-        # Queued requests are dropped; those inside llama.cpp finish first (the server must outlive them).
+        """Stop: queued requests are dropped, those inside llama.cpp are cancelled at their next streamed token
+        (a slot still reading its prompt finishes that first), and each returns an error Completion."""
+        self._closing.set()
+        with self._in_flight_lock:
+            in_flight = self._in_flight
+        if in_flight:
+            log.info("closing: cancelling %d request(s) in flight in llama.cpp", in_flight)
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._http is not None:
             self._http.close()
