@@ -1,0 +1,128 @@
+"""`python -m eval.combine`: one report over several `eval.run` results directories (e.g. one per benchmark,
+each with the token limit its benchmark needs).
+
+    python -m eval.combine --out results/eval-real \\
+        results/eval-gsm8k-n60-v2 results/eval-math500-n30 results/eval-gpqa-n30
+
+Each directory is re-reported from its traces exactly as `python -m eval.run ... --report-only` does (its last
+recorded command, so the same methods and questions), and the results are written side by side:
+``summary.md`` (every table of `eval.run`'s report, one column or section per benchmark), ``summary.csv``, the
+plots, and ``sources.json`` (each directory with its command, so every number traces back to one).
+
+A benchmark may come from one directory only, and real and synthetic (sim) directories are never combined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from dear.cli import run as run_cli
+from eval import plots, report
+from eval import run as eval_run
+
+
+@dataclass(frozen=True)
+class Source:
+    """One results directory and the `eval.run` arguments that produced it."""
+
+    path: Path
+    command: str
+    argv: list[str]
+    synthetic: bool
+
+
+def read_source(path: Path) -> Source:
+    """The directory's last `eval.run` command (run.json) as arguments; errors name the file and key."""
+    run_json = path / "run.json"
+    if not run_json.is_file():
+        raise ValueError(f"{path}: no run.json (not an eval.run results directory)")
+    try:
+        stored = json.loads(run_json.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{run_json}: not valid JSON ({exc})") from None
+    commands = stored.get("commands") or []
+    if not commands:
+        raise ValueError(f"{run_json}: key 'commands' is empty; run `python -m eval.run` there first")
+    command = commands[-1]
+    prefix = "python -m eval.run "
+    if not command.startswith(prefix):
+        raise ValueError(f"{run_json}: the last command does not start with {prefix!r}: {command!r}")
+    return Source(path, command, shlex.split(command[len(prefix):]), bool(stored.get("synthetic", False)))
+
+
+def report_source(source: Source) -> list[report.MethodResult]:
+    """The directory's results, re-reported from its traces (no model is loaded)."""
+    argv = [a for a in source.argv if a != "--no-progress"] + ["--report-only", "--out", str(source.path)]
+    return eval_run.main(argv)
+
+
+def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000) -> list[report.MethodResult]:
+    resolved = [Path(p).resolve() for p in paths]
+    twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if twice:
+        raise ValueError(f"directory listed twice: {', '.join(twice)}")
+    sources = [read_source(Path(p)) for p in paths]
+    if len({s.synthetic for s in sources}) > 1:
+        kinds = ", ".join(f"{s.path} ({'synthetic' if s.synthetic else 'real'})" for s in sources)
+        raise ValueError(f"real and synthetic results are never combined: {kinds}")
+    results: list[report.MethodResult] = []
+    origin: dict[str, Path] = {}
+    for source in sources:
+        for r in report_source(source):
+            if origin.setdefault(r.benchmark, source.path) != source.path:
+                raise ValueError(f"benchmark {r.benchmark!r} is in both {origin[r.benchmark]} and {source.path}; "
+                                 "combine one directory per benchmark")
+            results.append(r)
+    synthetic = sources[0].synthetic
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sources.json").write_text(json.dumps(
+        [{"directory": str(s.path), "command": s.command,
+          "benchmarks": sorted(b for b, p in origin.items() if p == s.path)} for s in sources], indent=1))
+    report.write_csv(results, out / "summary.csv")
+    meta = {
+        "title": "DEAR evaluation, combined" + (" (SYNTHETIC)" if synthetic else ""),
+        "synthetic": synthetic,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "notes": [f"{', '.join(sorted(b for b, p in origin.items() if p == s.path))} from `{s.path}` "
+                  f"(its summary.md has the model, checkpoint, settings and failures): `{s.command}`"
+                  for s in sources],
+        "generation_s": _generation_seconds(sources, origin),
+    }
+    (out / "summary.md").write_text(report.markdown(results, meta, seed=seed, n_boot=n_boot), encoding="utf-8")
+    plots.write_all(results, out, synthetic=synthetic)
+    return results
+
+
+def _generation_seconds(sources: Sequence[Source], origin: dict[str, Path]) -> dict[str, float]:
+    """Seconds of generation per benchmark, from each directory's timings.json."""
+    seconds: dict[str, float] = {}
+    for s in sources:
+        path = s.path / "timings.json"
+        timings = json.loads(path.read_text()) if path.exists() else {}
+        for key, value in timings.items():
+            benchmark = key.split("/", 1)[0]
+            if origin.get(benchmark) == s.path:
+                seconds[benchmark] = seconds.get(benchmark, 0.0) + float(value)
+    return seconds
+
+
+def main(argv: Sequence[str] | None = None) -> list[report.MethodResult]:
+    p = argparse.ArgumentParser(prog="python -m eval.combine", description=__doc__.split("\n\n")[0])
+    p.add_argument("directories", nargs="+", type=Path, help="eval.run results directories")
+    p.add_argument("--out", type=Path, required=True, help="directory of the combined report")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed of the paired differences")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
+    a = p.parse_args(argv)
+    results = combine(a.directories, a.out, seed=a.seed, n_boot=a.n_boot)
+    print(f"{len(results)} rows from {len(a.directories)} directories; report in {a.out / 'summary.md'}")
+    return results
+
+
+if __name__ == "__main__":
+    run_cli(main, "python -m eval.combine")
