@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dear.llm import BackendError, ChatMessage, ChatRequest, make_backend
-from dear.llm.local import CANCELLED, LocalLlamaBackend
+from dear.llm.local import CANCELLED, LocalLlamaBackend, _StreamedChat, parse_chat_response
 
 # One thread: on a shared (CI) machine, llama.cpp threads spinning at barriers slow each other ~10x.
 THREADS = 1
@@ -89,6 +89,29 @@ def test_overflow_is_an_error_completion_not_a_crash(smoke):
     out = smoke.generate([ChatRequest(long, max_tokens=4), ChatRequest(PROMPT, max_tokens=4)])
     assert out[0].error and "context" in out[0].error and out[0].finish_reason == "error"
     assert out[1].ok and out[1].completion_tokens == 4
+
+
+def test_streamed_chunks_make_up_one_response_and_errors_stay_errors():
+    """`_StreamedChat` (the stream close() can cancel) gives parse_chat_response what a plain call would."""
+    closing = threading.Event()
+    stream = _StreamedChat(closing)
+    for chunk in ({"choices": [{"delta": {"role": "assistant"}}]},
+                  {"choices": [{"delta": {"content": "4"}}]},
+                  {"choices": [{"delta": {"content": "2"}, "finish_reason": "length"}]},
+                  {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2,
+                                            "prompt_tokens_details": {"cached_tokens": 5}},
+                   "timings": {"prompt_n": 4, "predicted_n": 2}}):
+        assert stream.on_chunk(chunk) is False
+    c = parse_chat_response(stream.response(), 0.1)
+    assert (c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.reused_prompt_tokens) == (
+        "42", "length", 9, 2, 5)
+    failed = _StreamedChat(closing)
+    assert failed.on_chunk({"error": {"code": 400, "message": "the request exceeds the context size"}}) is True
+    assert parse_chat_response(failed.response(), 0.1).error == "server error: the request exceeds the context size"
+    assert "without a finish reason" in parse_chat_response(_StreamedChat(closing).response(), 0.1).error
+    closing.set()
+    stopped = _StreamedChat(closing)
+    assert stopped.on_chunk({"choices": [{"delta": {"content": "4"}}]}) is True and stopped.cancelled
 
 
 def test_missing_gguf_is_a_backend_error(tmp_path):
