@@ -30,6 +30,9 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled", "HF_H
 _COMMAND = re.compile(r"python3? (?P<target>-m [A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[\w./-]+\.py)"
                       r"(?P<args>(?:[^`|&;#\n]|(?<!\s)#)*)")
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z][\w-]*)")
+# A bare lowercase word right after a module names its subcommand (argparse subparsers), whose own --help
+# lists the flags; positional paths (`runs/<run>`) are not bare words.
+_SUBCOMMAND = re.compile(r" ([a-z][a-z-]*)(?=\s|$)")
 
 
 def _texts() -> list[tuple[str, str]]:
@@ -49,6 +52,9 @@ def documented_commands() -> dict[str, dict[str, set[str]]]:
     for where, text in _texts():
         for m in _COMMAND.finditer(text):
             target = m.group("target")
+            sub = _SUBCOMMAND.match(m.group("args"))
+            if sub and target.startswith("-m "):  # `python -m eval.interventions report --out ...`
+                target += " " + sub.group(1)
             flags = found.setdefault(target, {})
             flags.setdefault("", set()).add(where)
             for flag in _FLAG.findall(m.group("args")):
@@ -75,7 +81,7 @@ def test_the_docs_show_commands():
 @pytest.mark.parametrize("target", sorted(COMMANDS))
 def test_documented_command_exists_with_its_flags(target):
     if target.startswith("-m "):
-        module = target[3:]
+        module = target.split()[1]
         assert importlib.util.find_spec(module) is not None, f"`python {target}` ({COMMANDS[target]['']}): no such module"
     else:
         assert (ROOT / target).is_file(), f"`python {target}` ({COMMANDS[target]['']}): no such file"
