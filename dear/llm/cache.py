@@ -71,16 +71,36 @@ class CachedBackend(Backend):
                 raise BackendError(f"response cache {self.path}: is a directory; give a file path "
                                    f"(e.g. {self.path / 'responses.sqlite'})")
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = self._open()
+
+    def _open(self, timeout_s: float = 60.0) -> sqlite3.Connection:
+        """Connect, switch to WAL and create the table. Processes opening a new file together can see "database
+        is locked" from the journal-mode switch, which SQLite's busy timeout does not cover: retry that."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            db = None
             try:
                 # timeout: wait for another process's write lock instead of failing with "database is locked"
-                self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.execute(_SCHEMA)
-                self._db.execute("SELECT count(*) FROM completions").fetchone()
+                db = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(_SCHEMA)
+                db.execute("SELECT count(*) FROM completions").fetchone()
+                return db
+            except sqlite3.OperationalError as e:
+                if db is not None:
+                    db.close()
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise BackendError(self._unusable(e)) from None
+                time.sleep(0.05)
             except sqlite3.DatabaseError as e:
-                raise BackendError(f"response cache {self.path}: cannot be used as an SQLite cache ({e}); it is "
-                                   f"damaged or not a cache: move it away or choose another cache path") from None
+                if db is not None:
+                    db.close()
+                raise BackendError(self._unusable(e)) from None
+
+    def _unusable(self, e: Exception) -> str:
+        return (f"response cache {self.path}: cannot be used as an SQLite cache ({e}); it is damaged or not a "
+                f"cache: move it away or choose another cache path")
 
     def _keys(self, requests: Sequence[ChatRequest]) -> list[str]:
         seen: dict[str, int] = {}
