@@ -550,7 +550,7 @@ class DebateEngine:
         n_bytes = sum(len(m.content.encode()) + _MSG_OVERHEAD_TOKENS for m in messages)
         if n_bytes + cfg.max_tokens <= ctx:
             return messages, 0, cfg.max_tokens
-        n_tok = self._count(backend, messages)
+        n_tok = n_tok_full = self._count(backend, messages)
         truncated, own_cut = 0, False
         while n_tok + cfg.max_tokens > ctx and truncated < prompt.n_peer_blocks:
             truncated += 1
@@ -567,9 +567,9 @@ class DebateEngine:
             self.stats.add(truncations=1)
             log.warning(
                 "context overflow in %s agent %d round %d: ~%d prompt tokens + %d max_tokens > %d; "
-                "cut reasoning of %d peer(s)%s, max_tokens=%d",
-                d.debate_id, agent, d.round + 1, n_tok, cfg.max_tokens, ctx, truncated,
-                " and own answer" if own_cut else "", max_tokens,
+                "cut reasoning of %d peer(s)%s (~%d prompt tokens left), max_tokens=%d",
+                d.debate_id, agent, d.round + 1, n_tok_full, cfg.max_tokens, ctx, truncated,
+                " and own answer" if own_cut else "", n_tok, max_tokens,
             )
         return messages, truncated, max_tokens
 
