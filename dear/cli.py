@@ -6,6 +6,7 @@ The traceback appears only with -v/--verbose. `python -m X` modules end with
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import threading
@@ -15,6 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 # Mistakes a user makes on the command line or in a file they named: a bad value, a missing path.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, NotADirectoryError,
                                                  IsADirectoryError)
+
+
+def command_line(prog: str, argv: Sequence[str] | None = None) -> str:
+    """The command as a user would type it again: `prog` and the shell-quoted arguments (sys.argv[1:] by
+    default). Reports and run records name their command through here."""
+    return " ".join([prog, *(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))])
 
 
 def wants_traceback(argv: Sequence[str]) -> bool:

@@ -36,7 +36,13 @@ from safetensors.torch import load_file, save_file
 
 import dear
 from dear.cli import run as run_cli
-from dear.integrity import CHECKSUMS_FILE, IntegrityError, atomic_write_text, read_json, sha256_file, verify_checksums
+from dear.integrity import (
+    IntegrityError,
+    atomic_write_text,
+    read_json,
+    sha256_file,
+    verify_checkpoint_checksums,
+)
 from dear.policy import (
     RAW_BOUND,
     JointPolicy,
@@ -252,16 +258,6 @@ def _checkpoint_dir(path: Path) -> Path:
                       f"(checkpoints/latest)")
 
 
-def _verified_checkpoint(ckpt: Path) -> None:
-    try:
-        verified = verify_checksums(ckpt, CHECKSUMS_FILE) is not None
-    except IntegrityError as e:
-        raise ExportError(str(e)) from None
-    if not verified:
-        print(f"warning: {ckpt} has no {CHECKSUMS_FILE} (written before checksums): exporting unverified files",
-              file=sys.stderr)
-
-
 def _sim_params_setting(llm: dict[str, Any]) -> Any:
     """Where a sim run's parameters came from: its `params_file` (a fitted world), else its `params` overrides."""
     options = llm.get("options") or {}
@@ -275,7 +271,10 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
 
     check_export_dir(out_dir, force)
     ckpt = _checkpoint_dir(Path(checkpoint_or_run))
-    _verified_checkpoint(ckpt)
+    try:
+        verify_checkpoint_checksums(ckpt)
+    except IntegrityError as e:
+        raise ExportError(str(e)) from None
     try:
         cfg = yaml.safe_load((ckpt / "config.yaml").read_text())
         env, pol, llm = cfg["env"], cfg.get("policy", {}), cfg.get("llm", {})

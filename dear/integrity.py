@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,18 @@ def verify_checksums(directory: str | Path, checksum_file: str) -> dict[str, str
             raise IntegrityError(f"{target}: damaged: its sha256 does not match the one recorded at save time "
                                  f"in {path}")
     return files
+
+
+def verify_checkpoint_checksums(directory: str | Path) -> bool:
+    """Check a training checkpoint directory against its `CHECKSUMS_FILE`: True when verified, False (with a
+    warning on stderr) when it was written before checksums existed. Raises IntegrityError naming a missing or
+    damaged file. The trainer's resume and the policy export both verify through here."""
+    directory = Path(directory)
+    if verify_checksums(directory, CHECKSUMS_FILE) is not None:
+        return True
+    print(f"warning: {directory} has no {CHECKSUMS_FILE} (written before checksums): its files cannot be verified",
+          file=sys.stderr)
+    return False
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> Path:

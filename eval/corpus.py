@@ -36,8 +36,6 @@ import json
 import logging
 import math
 import re
-import shlex
-import sys
 import threading
 import time
 import zlib
@@ -49,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from dear import tasks
+from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, debate_id_of, default_debate_seed
 from dear.debate.prompts import LAYOUTS
@@ -426,10 +425,6 @@ def settings_from_args(a: argparse.Namespace) -> CorpusSettings:
                     mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
 
 
-def command_line(argv: Sequence[str] | None) -> str:
-    return f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
-
-
 def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
@@ -453,7 +448,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
     finally:
         if own:
             backend.close()
-        print(write_provenance(run, s, command_line(argv)))
+        print(write_provenance(run, s, command_line(PROG, argv)))
     return 0
 
 

@@ -30,8 +30,6 @@ import gzip
 import json
 import logging
 import math
-import shlex
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -41,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import ks_2samp
 
+from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.protocols import MADProtocol
@@ -320,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0.0 < a.holdout < 1.0:
         ap.error("--holdout must be in (0, 1)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    command = f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    command = command_line(PROG, argv)
     try:
         params = SimParams.from_json(a.params) if a.params else SimParams()
         source = a.corpus if a.corpus else corpus_from_traces(a.traces)

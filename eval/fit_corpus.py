@@ -34,8 +34,6 @@ import argparse
 import json
 import logging
 import math
-import shlex
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -45,7 +43,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
-from dear.cli import comma_list
+from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
 from dear.debate.protocols import MADProtocol
@@ -475,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.sim_questions < 1:
         ap.error("--sim-questions must be >= 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    command = f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    command = command_line(PROG, argv)
     try:
         run(a.corpus, a.out, a.holdout, a.seed, a.sim_questions, command, ridge=a.ridge, ridge_grid=a.ridge_grid,
             cv_folds=a.cv_folds)

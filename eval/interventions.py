@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dear import metrics
+from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.interventions import (
@@ -254,7 +254,6 @@ def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import shlex
 
     p = argparse.ArgumentParser(prog="python -m eval.interventions", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -279,8 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in methods:
         if is_intervention_method(m):
             parse_intervention_method(m)
-    argv_list = list(sys.argv[1:] if argv is None else argv)
-    report(a.out, a.benchmark, methods, "python -m eval.interventions " + shlex.join(argv_list))
+    report(a.out, a.benchmark, methods, command_line("python -m eval.interventions", argv))
     print((Path(a.out) / "interventions.md").read_text(encoding="utf-8"))
     return 0
 

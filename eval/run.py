@@ -22,7 +22,6 @@ import argparse
 import json
 import logging
 import os
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from typing import Any
 from tqdm import tqdm
 
 from dear import tasks
+from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
@@ -677,7 +677,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
     out.mkdir(parents=True, exist_ok=True)
     stored = _check_settings(out, settings, report_only=a.report_only)
     (out / "run.json").write_text(json.dumps(stored, indent=1))
-    command = "python -m eval.run " + shlex.join(argv)
+    command = command_line("python -m eval.run", argv)
     if not a.report_only:  # the report names the command that produced the traces, not a re-render
         stored.setdefault("commands", []).append(command)
         (out / "run.json").write_text(json.dumps(stored, indent=1))

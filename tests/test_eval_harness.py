@@ -278,12 +278,12 @@ def test_settings_guard_covers_backend_options_checkpoint_hash_and_modes(tmp_pat
     latest = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip() / "model.safetensors"
     from safetensors.torch import load_file, save_file
 
-    from train.checkpoint import CHECKPOINT_FILES, CHECKSUMS
-    from dear.integrity import write_checksums
+    from dear.integrity import CHECKSUMS_FILE, write_checksums
+    from train.checkpoint import CHECKPOINT_FILES
 
     w = load_file(str(latest))
     save_file({k: v + 0.01 for k, v in w.items()}, str(latest))
-    write_checksums(latest.parent, CHECKPOINT_FILES, CHECKSUMS)  # a legitimately re-saved checkpoint
+    write_checksums(latest.parent, CHECKPOINT_FILES, CHECKSUMS_FILE)  # a legitimately re-saved checkpoint
     with pytest.raises(ValueError, match="checkpoint_sha256: '[0-9a-f]{64}' there vs '[0-9a-f]{64}' now"):
         eval_run.main(args(out, methods="mad,dear", n=2, ckpt=run), backend=SimBackend())
 

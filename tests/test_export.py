@@ -155,10 +155,10 @@ def test_export_reads_a_checkpoint_config_with_old_keys(tmp_path, tiny_run):
     data["env"]["rounds"] = data["env"].pop("n_rounds")
     data["policy"]["init_log_std"] = data["policy"].pop("log_std_init")
     (path / "config.yaml").write_text(yaml.safe_dump(data))
-    from train.checkpoint import CHECKPOINT_FILES, CHECKSUMS
-    from dear.integrity import write_checksums
+    from dear.integrity import CHECKSUMS_FILE, write_checksums
+    from train.checkpoint import CHECKPOINT_FILES
 
-    write_checksums(path, CHECKPOINT_FILES, CHECKSUMS)  # a checkpoint saved before the renames
+    write_checksums(path, CHECKPOINT_FILES, CHECKSUMS_FILE)  # a checkpoint saved before the renames
     out = export_checkpoint(path, tmp_path / "exp")
     ex = load_exported(out)
     assert ex.n_agents == 3 and ex.n_rounds == 3

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dear.cli import comma_list, exit_code
+from dear.cli import comma_list, command_line, exit_code
 from dear.deprecation import rename_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +91,15 @@ def test_comma_lists_name_the_bad_text():
         comma_list(int)("1,x")
     with pytest.raises(argparse.ArgumentTypeError, match="at least one"):
         comma_list(float)(" , ")
+
+
+def test_a_recorded_command_line_can_be_pasted_into_a_shell():
+    import shlex
+
+    argv = ["--out", "results/my run", "--methods", "mad,dear", "--note", "it's"]
+    line = command_line("python -m eval.run", argv)
+    assert line.startswith("python -m eval.run --out 'results/my run'")
+    assert shlex.split(line)[3:] == argv  # the shell gives back exactly the arguments
 
 
 def test_the_traceback_only_with_verbose_and_other_codes_on_request(capsys):

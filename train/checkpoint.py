@@ -21,7 +21,6 @@ import os
 import pickle
 import random
 import shutil
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +35,11 @@ from dear.integrity import (
     IntegrityError,
     atomic_write_text,
     read_json,
-    verify_checksums,
+    verify_checkpoint_checksums,
     write_checksums,
 )
 from train.algorithm import HAPPO
 
-CHECKSUMS = CHECKSUMS_FILE
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "torch_rng.safetensors", "state.json", "config.yaml")
 
 
@@ -99,7 +97,7 @@ def save_checkpoint(run_dir: Path, learner: HAPPO, counters: Counters, config_ya
     }
     (tmp / "state.json").write_text(json.dumps(state))
     (tmp / "config.yaml").write_text(config_yaml)
-    write_checksums(tmp, CHECKPOINT_FILES, CHECKSUMS)
+    write_checksums(tmp, CHECKPOINT_FILES, CHECKSUMS_FILE)
     final = ckpt_root / name
     if final.exists():
         shutil.rmtree(final)
@@ -127,13 +125,9 @@ def verify_checkpoint(path: Path) -> bool:
     if not (path / "model.safetensors").exists():
         raise CheckpointError(f"{path}: not a checkpoint (model.safetensors missing)")
     try:
-        verified = verify_checksums(path, CHECKSUMS) is not None
+        return verify_checkpoint_checksums(path)
     except IntegrityError as e:
         raise CheckpointError(str(e)) from None
-    if not verified:
-        print(f"warning: {path} has no {CHECKSUMS} (written before checksums): its files cannot be verified",
-              file=sys.stderr)
-    return verified
 
 
 def _read(path: Path, what: str, reader):

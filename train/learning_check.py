@@ -28,8 +28,6 @@ import itertools
 import json
 import logging
 import math
-import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from dear.cli import comma_list
+from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.policy import JointPolicy
 from train.build import policy_config
@@ -263,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--grid-p values must be in [0, 1]")
     grid = [FixedPolicy(p, t, q) for p, t, q in itertools.product(a.grid_p, a.grid_t, a.grid_top_p)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    command = f"{PROG} " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    command = command_line(PROG, argv)
     run_check(a.config, a.overrides, a.seeds, a.out, a.episodes, a.eval_seed, grid, a.select_episodes, command)
     print((a.out / "table.md").read_text())
     return 0
