@@ -254,7 +254,6 @@ def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-
     p = argparse.ArgumentParser(prog="python -m eval.interventions", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("report", help="tables from an eval.run results directory")
