@@ -39,7 +39,7 @@ from dear.seeds import derive_seed
 from dear.debate.prompts import render_answer
 from dear.debate.trace import AgentTurn, DebateTrace, ExtraCall
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
-from dear.tasks import render_question
+from dear.tasks import Question, render_question
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class InterventionConfig:
     agenda: bool = False  # needs moderator (its conflict ratings drive the stages)
     judge_final_round: bool = True  # judge the last round too (only detection; policy has no next round there)
     judge_temperature: float = 0.0
+    judge_prompt: str = "basic"  # a key of JUDGE_PROMPTS
     judge_max_tokens: int = 160
     policy_max_tokens: int = 200
     moderator_max_tokens: int = 160
@@ -95,6 +96,9 @@ class InterventionConfig:
         if not 0.0 < self.regenerate_temperature <= T_MAX:
             raise ValueError(f"InterventionConfig.regenerate_temperature must be in (0, {T_MAX}], "
                              f"got {self.regenerate_temperature}")
+        if self.judge_prompt not in JUDGE_PROMPTS:
+            raise ValueError(f"InterventionConfig.judge_prompt must be one of {sorted(JUDGE_PROMPTS)}, "
+                             f"got {self.judge_prompt!r}")
         if not 0.0 <= self.judge_temperature <= T_MAX:
             raise ValueError(f"InterventionConfig.judge_temperature must be in [0, {T_MAX}], got {self.judge_temperature}")
         for name in ("judge_max_tokens", "policy_max_tokens", "moderator_max_tokens", "agenda_quiet_rounds",
@@ -271,13 +275,27 @@ class AgendaState:
 
 # ---------------------------------------------------------------- prompts
 JUDGE_SYSTEM = "You are DRIFTJudge, a strict and concise reviewer of multi-agent discussions."
-JUDGE_TASK = (
-    "Problem drift means that a discussion moves away from solving its problem: the newer round's solutions "
-    "are worse than the previous round's (a correct line of reasoning was abandoned, a well-supported answer "
-    "was changed without a good reason, the agents went off topic or stopped following the task). "
-    "Did the discussion drift from round {prev} to round {cur}?\n"
-    "Reply in exactly this format:\nVerdict: DRIFT or NO DRIFT\nReason: <one sentence>"
-)
+# The judge's instruction, by name (InterventionConfig.judge_prompt). "basic" asks for the verdict first, in seed
+# 000's terms. "stepwise" lists both rounds' final answers, says what is not drift and asks for the comparison
+# before the verdict: a 1.5B judge under "basic" called 17 of 18 pilot rounds drift, 16 of them unchanged.
+JUDGE_PROMPTS = {
+    "basic": (
+        "Problem drift means that a discussion moves away from solving its problem: the newer round's solutions "
+        "are worse than the previous round's (a correct line of reasoning was abandoned, a well-supported answer "
+        "was changed without a good reason, the agents went off topic or stopped following the task). "
+        "Did the discussion drift from round {prev} to round {cur}?\n"
+        "Reply in exactly this format:\nVerdict: DRIFT or NO DRIFT\nReason: <one sentence>"
+    ),
+    "stepwise": (
+        "Final answers in round {prev}: {prev_answers}. Final answers in round {cur}: {cur_answers}.\n"
+        "Problem drift means the newer round is a step backwards on this problem: an agent gave up a "
+        "well-supported answer for a worse one, the reasoning became wrong or irrelevant, or an agent stopped "
+        "following the task. Agents keeping their answers, agreeing after checking, or correcting a mistake is "
+        "not drift. Most rounds do not drift.\n"
+        "First compare the two rounds in one sentence, then decide whether round {cur} drifted.\n"
+        "Reply in exactly this format:\nReason: <one sentence>\nVerdict: NO DRIFT or DRIFT"
+    ),
+}
 POLICY_SYSTEM = "You are a feedback agent that helps a multi-agent discussion stay on its problem."
 POLICY_TASK = (
     "A judge found that the discussion drifted in round {cur}: {reason}\n"
@@ -309,16 +327,23 @@ def _solution(turn: AgentTurn, n_chars: int) -> str:
     return "\n".join(parts)
 
 
-def judge_messages(debate: Debate, prev: Sequence[AgentTurn], cur: Sequence[AgentTurn],
-                   n_chars: int) -> list[ChatMessage]:
+def judge_messages(question: Question, prev: Sequence[AgentTurn], cur: Sequence[AgentTurn], n_chars: int,
+                   prompt: str = "basic") -> list[ChatMessage]:
+    """The judge's request for one round pair: the problem, both rounds' solutions, the named instruction."""
     r = cur[0].round
+    task = JUDGE_PROMPTS[prompt].format(
+        prev=r - 1, cur=r, prev_answers=_answer_list(prev), cur_answers=_answer_list(cur))
     user = "\n\n".join([
-        f"Problem:\n{render_question(debate.question)}",
+        f"Problem:\n{render_question(question)}",
         f"Solutions in round {r - 1}:\n" + "\n\n".join(_solution(t, n_chars) for t in prev),
         f"Solutions in round {r}:\n" + "\n\n".join(_solution(t, n_chars) for t in cur),
-        JUDGE_TASK.format(prev=r - 1, cur=r),
+        task,
     ])
     return [ChatMessage("system", JUDGE_SYSTEM), ChatMessage("user", user)]
+
+
+def _answer_list(turns: Sequence[AgentTurn]) -> str:
+    return ", ".join(f"Agent {t.agent + 1}: {render_answer(t.answer)}" for t in turns)
 
 
 def policy_messages(debate: Debate, prev: Sequence[AgentTurn], cur: Sequence[AgentTurn], reason: str,
@@ -358,6 +383,18 @@ def moderator_messages(debate: Debate, candidate: AgentTurn, stage: str | None, 
         MODERATOR_TASK.format(stage_part=stage_part),
     ]
     return [ChatMessage("system", MODERATOR_SYSTEM), ChatMessage("user", "\n\n".join(parts))]
+
+
+def intervention_request(kind: str, messages: Sequence[ChatMessage], seed: int, trace: DebateTrace, rnd: int,
+                         agent: int | None, temperature: float, max_tokens: int) -> ChatRequest:
+    """The request of one judge / policy / moderator call on round `rnd` of the debate `trace` records; its seed
+    derives from the run seed, the debate's seed, the kind, the round and the rated agent (None = whole round)."""
+    return ChatRequest(
+        messages=tuple(messages), temperature=temperature, top_p=1.0, max_tokens=max_tokens,
+        seed=derive_seed(seed, trace.seed, _KIND_SEED[kind], rnd, -1 if agent is None else agent),
+        metadata={"debate_id": trace.debate_id, "question_id": trace.question_id, "task": trace.task,
+                  "intervention": kind, "round": rnd, "rated_agent": agent},
+    )
 
 
 # ---------------------------------------------------------------- the wrapper
@@ -457,12 +494,8 @@ class InterventionProtocol:
     def _call(self, engine: DebateEngine, backend: Backend, kind: str, jobs: list[tuple[Debate, int, int | None,
               list[ChatMessage]]], max_tokens: int, temperature: float) -> list[Completion]:
         """One batched generate call; a failing batch becomes error completions (the debates go on)."""
-        reqs = [ChatRequest(
-            messages=tuple(msgs), temperature=temperature, top_p=1.0, max_tokens=max_tokens,
-            seed=derive_seed(engine.config.seed, d.seed, _KIND_SEED[kind], rnd, -1 if agent is None else agent),
-            metadata={"debate_id": d.debate_id, "question_id": d.question.id, "task": d.question.task,
-                      "intervention": kind, "round": rnd, "rated_agent": agent},
-        ) for d, rnd, agent, msgs in jobs]
+        reqs = [intervention_request(kind, msgs, engine.config.seed, d.trace, rnd, agent, temperature, max_tokens)
+                for d, rnd, agent, msgs in jobs]
         if not reqs:
             return []
         try:
@@ -479,7 +512,8 @@ class InterventionProtocol:
         cfg = self.config
         todo = [d for d in debates if d.round >= 1 and (cfg.judge_final_round or not d.done)
                 and d.last_turns[0].attempt == 0]
-        jobs = [(d, d.round, None, judge_messages(d, d.trace.rounds[-2], d.last_turns, cfg.solution_chars))
+        jobs = [(d, d.round, None, judge_messages(d.question, d.trace.rounds[-2], d.last_turns,
+                                             cfg.solution_chars, cfg.judge_prompt))
                 for d in todo]
         comps = self._call(engine, backend, "judge", jobs, cfg.judge_max_tokens, cfg.judge_temperature)
         flagged = []

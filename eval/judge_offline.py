@@ -1,0 +1,277 @@
+"""DRIFTJudge on stored debates: a verdict on every (round r-1, round r) pair of finished traces, scored against
+the FOCUS drift labels.
+
+    python -m eval.judge_offline --traces results/corpus-gsm8k --llm local --prompt stepwise \\
+        --out results/judge-gsm8k-train
+
+Inside a debate the judge only sees the rounds it is asked about, so judging stored rounds measures the same
+detector without running the debates again: a round pair costs one judge call (~1,100 prompt tokens) instead of a
+whole debate. The request is the one `InterventionProtocol` sends (`judge_messages`, same sampling and seed
+derivation), so a prompt chosen here behaves the same in `mad+judge+...` runs. Compare prompts on training-split
+debates (the corpus) and confirm the chosen one once on test-split traces.
+
+`--traces` takes eval.run trace files (`OUT/traces/<benchmark>/<method>.jsonl`) or corpus directories
+(`results/corpus-*`), comma-separated. Every verdict is appended to `OUT/verdicts.jsonl` as soon as its batch
+returns; a rerun judges only the missing pairs. `OUT/judge.md` and `judge.csv` give TP/FP/TN/FN, precision,
+recall, specificity and accuracy with 95 % Clopper-Pearson intervals, per prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from scipy.stats import binomtest
+
+from dear import metrics, tasks
+from dear.cli import command_line
+from dear.cli import run as run_cli
+from dear.debate.interventions import (
+    JUDGE_PROMPTS,
+    InterventionConfig,
+    intervention_request,
+    judge_messages,
+    parse_verdict,
+)
+from dear.debate.trace import AgentTurn, DebateTrace, read_jsonl
+from dear.llm.base import Backend, ChatRequest
+from dear.tasks.types import Question
+
+log = logging.getLogger(__name__)
+VERDICTS_FILE = "verdicts.jsonl"
+
+
+@dataclass(frozen=True)
+class RoundPair:
+    """One judged unit: round `round - 1` and round `round` of a stored debate."""
+
+    source: str  # the trace file or corpus it came from
+    trace: DebateTrace
+    round: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}|{self.trace.debate_id}|{self.round}"
+
+    @property
+    def prev(self) -> list[AgentTurn]:
+        return self.trace.rounds[self.round - 1]
+
+    @property
+    def cur(self) -> list[AgentTurn]:
+        return self.trace.rounds[self.round]
+
+    def focus_drift(self) -> bool:
+        return metrics.focus_drift_label([t.answer_key for t in self.prev], [bool(t.correct) for t in self.prev],
+                                         [t.answer_key for t in self.cur], [bool(t.correct) for t in self.cur])
+
+
+@dataclass(frozen=True)
+class StoredVerdict:
+    """One line of verdicts.jsonl."""
+
+    key: str
+    prompt: str
+    question_id: str
+    round: int
+    drifted: bool
+    malformed: bool
+    focus_drift: bool
+    reason: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    error: str | None = None
+
+
+# ---------------------------------------------------------------- inputs
+def load_traces(source: str) -> list[DebateTrace]:
+    """The finished debates of an eval.run trace file (last write per debate wins, as in eval.run) or a corpus."""
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"--traces {source}: no such file or directory")
+    if path.is_dir() or path.name.endswith(".jsonl.gz"):
+        from eval.corpus import iter_traces, read_corpus
+
+        traces = list(iter_traces(read_corpus(path)))
+    else:
+        traces = list({t.debate_id: t for t in read_jsonl(path)}.values())
+    return [t for t in traces if not t.failed]
+
+
+def round_pairs(source: str, traces: Sequence[DebateTrace]) -> Iterator[RoundPair]:
+    """Every exchange round whose agents all answered, with the round before it."""
+    for t in traces:
+        for r in range(1, len(t.rounds)):
+            if all(turn.error is None for turn in t.rounds[r - 1] + t.rounds[r]):
+                yield RoundPair(source, t, r)
+
+
+def question_index(task: str) -> dict[str, Question]:
+    """Every question of a task, all splits, by id (traces keep the text but not a choice question's options)."""
+    spec = tasks.get_task(task)
+    out: dict[str, Question] = {}
+    for split in spec.splits:
+        out.update({q.id: q for q in tasks.load(task, split=split)})
+    return out
+
+
+def read_verdicts(path: Path) -> list[StoredVerdict]:
+    if not path.exists():
+        return []
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(StoredVerdict(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError) as e:
+            raise ValueError(f"{path}:{i}: not a verdict line ({e})") from None
+    return out
+
+
+# ---------------------------------------------------------------- judging
+def judge_pairs(backend: Backend, pairs: Sequence[RoundPair], questions: dict[str, dict[str, Question]],
+                config: InterventionConfig, seed: int, out: Path, batch: int = 9) -> list[StoredVerdict]:
+    """Judge `pairs` in batches of `batch` requests, appending each batch's verdicts to `out` as it returns."""
+    done: list[StoredVerdict] = []
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start:start + batch]
+        reqs = [_request(p, questions[p.trace.task][p.trace.question_id], config, seed) for p in chunk]
+        comps = backend.generate(reqs)
+        if len(comps) != len(reqs):
+            raise RuntimeError(f"backend returned {len(comps)} completions for {len(reqs)} requests")
+        rows = []
+        for p, c in zip(chunk, comps):
+            v = parse_verdict(c.text) if c.error is None else None
+            rows.append(StoredVerdict(
+                key=p.key, prompt=config.judge_prompt, question_id=p.trace.question_id, round=p.round,
+                drifted=bool(v and v.drifted), malformed=v is None or v.malformed, focus_drift=p.focus_drift(),
+                reason=v.reason if v else "", text=c.text or "", prompt_tokens=c.prompt_tokens,
+                completion_tokens=c.completion_tokens, error=c.error))
+        with out.open("a", encoding="utf-8") as f:
+            f.writelines(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows)
+        done += rows
+        log.info("judged %d / %d round pairs", start + len(chunk), len(pairs))
+    return done
+
+
+def _request(pair: RoundPair, question: Question, config: InterventionConfig, seed: int) -> ChatRequest:
+    """The request InterventionProtocol sends for this round pair inside a debate."""
+    msgs = judge_messages(question, pair.prev, pair.cur, config.solution_chars, config.judge_prompt)
+    return intervention_request("judge", msgs, seed, pair.trace, pair.round, None, config.judge_temperature,
+                                config.judge_max_tokens)
+
+
+# ---------------------------------------------------------------- report
+def _interval(k: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return math.nan, math.nan
+    ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+    return ci.low, ci.high
+
+
+def score(verdicts: Sequence[StoredVerdict]) -> dict[str, Any]:
+    """Confusion counts against FOCUS and each rate with its 95 % Clopper-Pearson interval."""
+    det = metrics.detection([v.drifted for v in verdicts], [v.focus_drift for v in verdicts])
+    row: dict[str, Any] = {"pairs": det.n, "tp": det.tp, "fp": det.fp, "tn": det.tn, "fn": det.fn,
+                           "malformed": sum(v.malformed for v in verdicts),
+                           "flagged_pct": 100 * (det.tp + det.fp) / max(1, det.n)}
+    for name, k, n in (("precision", det.tp, det.tp + det.fp), ("recall", det.tp, det.tp + det.fn),
+                       ("specificity", det.tn, det.tn + det.fp), ("accuracy", det.tp + det.tn, det.n)):
+        low, high = _interval(k, n)
+        row.update({name: k / n if n else math.nan, f"{name}_low": low, f"{name}_high": high})
+    row["tokens_per_pair"] = sum(v.prompt_tokens + v.completion_tokens for v in verdicts) / max(1, len(verdicts))
+    return row
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def write_report(out: Path, verdicts: Sequence[StoredVerdict], command: str, synthetic: bool) -> list[dict]:
+    rows = []
+    for prompt in sorted({v.prompt for v in verdicts}):
+        rows.append({"prompt": prompt, **score([v for v in verdicts if v.prompt == prompt])})
+    title = "# DRIFTJudge on stored debates" + (" (SYNTHETIC: sim backend)" if synthetic else "")
+    lines = [title, "", f"Command: `{command}`", "",
+             "| prompt | round pairs | flagged | TP/FP/TN/FN | precision [95% CI] | recall [95% CI] | "
+             "specificity [95% CI] | accuracy [95% CI] | malformed | tokens/pair |", "|" + "---|" * 10]
+    for r in rows:
+        cells = [f"{_pct(r[k])} [{_pct(r[f'{k}_low'])}, {_pct(r[f'{k}_high'])}]"
+                 for k in ("precision", "recall", "specificity", "accuracy")]
+        lines.append(" | ".join([f"| {r['prompt'] + (' (synthetic)' if synthetic else '')}", str(r["pairs"]),
+                                 f"{r['flagged_pct']:.1f}%", f"{r['tp']}/{r['fp']}/{r['tn']}/{r['fn']}", *cells,
+                                 str(r["malformed"]), f"{r['tokens_per_pair']:,.0f}"]) + " |")
+    lines += ["", "Labels: FOCUS < 0 between the two rounds (the group plurality score fell; dear/metrics.py). "
+              "Malformed verdicts count as 'no drift'. Intervals: exact binomial (scipy)."]
+    (out / "judge.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with (out / "judge.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["prompt"])
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+# ---------------------------------------------------------------- command line
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m eval.judge_offline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--traces", required=True, help="comma-separated eval.run trace files or corpus directories")
+    p.add_argument("--out", required=True, help="results directory (verdicts.jsonl, judge.md, judge.csv)")
+    p.add_argument("--llm", default="local", help="judge backend spec (the debaters' model by default: local)")
+    p.add_argument("--prompt", default="basic", choices=sorted(JUDGE_PROMPTS), help="the judge's instruction")
+    p.add_argument("--seed", type=int, default=0, help="the eval.run seed the judge's request seeds derive from")
+    p.add_argument("--n", type=int, default=0, help="judge at most this many round pairs (0 = all), in input order")
+    p.add_argument("--batch", type=int, default=9, help="requests per backend call (and per verdicts.jsonl flush)")
+    p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke backends)")
+    p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke backends)")
+    p.add_argument("--report-only", action="store_true", help="rebuild judge.md / judge.csv from verdicts.jsonl")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> list[dict]:
+    a = parse_args(argv)
+    if a.n < 0 or a.batch < 1:
+        raise ValueError(f"--n must be >= 0 and --batch >= 1, got --n {a.n} --batch {a.batch}")
+    config = InterventionConfig(judge=True, judge_prompt=a.prompt)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    verdicts_path = out / VERDICTS_FILE
+    synthetic = a.llm.startswith("sim")
+    if not a.report_only:
+        sources = [s.strip() for s in a.traces.split(",") if s.strip()]
+        pairs = [p for s in sources for p in round_pairs(str(Path(s)), load_traces(s))]
+        pairs = pairs[:a.n] if a.n else pairs
+        judged = {v.key for v in read_verdicts(verdicts_path) if v.prompt == a.prompt}
+        todo = [p for p in pairs if p.key not in judged]
+        print(f"{len(pairs)} round pairs, {len(pairs) - len(todo)} already judged with prompt {a.prompt!r}, "
+              f"{len(todo)} to judge")
+        if todo:
+            questions = {task: question_index(task) for task in {p.trace.task for p in todo}}
+            own = backend is None
+            if own:
+                from dear.llm.registry import make_backend
+
+                opts = {k: v for k, v in (("n_parallel", a.parallel), ("n_ctx", a.n_ctx)) if v}
+                backend = make_backend(a.llm, **opts)
+            synthetic = synthetic or backend.synthetic
+            try:
+                judge_pairs(backend, todo, questions, config, a.seed, verdicts_path, a.batch)
+            finally:
+                if own:
+                    backend.close()
+    rows = write_report(out, read_verdicts(verdicts_path), command_line("python -m eval.judge_offline", argv),
+                        synthetic)
+    print((out / "judge.md").read_text(encoding="utf-8"))
+    return rows
+
+
+if __name__ == "__main__":
+    run_cli(main, "python -m eval.judge_offline")
