@@ -93,7 +93,7 @@ class StoredVerdict:
 
 # ---------------------------------------------------------------- inputs
 def load_traces(source: str) -> list[DebateTrace]:
-    """The finished debates of an eval.run trace file (last write per debate wins, as in eval.run) or a corpus."""
+    """The finished debates of an eval.run trace file (last write per question wins, as in eval.run) or a corpus."""
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(f"--traces {source}: no such file or directory")
@@ -102,7 +102,7 @@ def load_traces(source: str) -> list[DebateTrace]:
 
         traces = list(iter_traces(read_corpus(path)))
     else:
-        traces = list({t.debate_id: t for t in read_jsonl(path)}.values())
+        traces = list({t.question_id: t for t in read_jsonl(path)}.values())
     return [t for t in traces if not t.failed]
 
 
