@@ -151,11 +151,19 @@ def test_build_and_close_at_once_does_not_hang():
         make_backend("smoke", n_parallel=1, n_ctx=128, n_threads=THREADS).close()
 
 
+def _same_greedy_path(a: str, b: str) -> bool:
+    """Similar replies, or one the start of the other: a near-tie flip between stopping and going on (seen with
+    the 135M model: one copy vs the copy repeated until the limit) leaves the shared part identical."""
+    a, b = a.strip(), b.strip()
+    return difflib.SequenceMatcher(None, a, b).ratio() > 0.6 or (min(len(a), len(b)) >= 20
+                                                                   and (a.startswith(b) or b.startswith(a)))
+
+
 def test_speculative_decoding_keeps_the_answers_and_drafts_from_the_context():
     """Draftless speculation (ngram-simple) on the real smoke GGUF: a reply that copies its prompt is drafted
     from it and accepted, and greedy replies match the ones decoding without it gives (each position is still the
     model's own choice). Verifying drafts in a batch changes the logits in the last bits, which can flip a
-    near-tie of this tiny model (seen in about 1 run of 3), so the match is by similarity, not identity; sampled
+    near-tie of this tiny model (seen in about 1 run of 3), so the match is by similarity or a shared start, not identity; sampled
     replies are only checked to work."""
     pytest.importorskip("xllamacpp")
     text = ("The farmer counts 17 apples, 23 pears and 41 plums, then sells half of the apples and a third of "
@@ -175,7 +183,7 @@ def test_speculative_decoding_keeps_the_answers_and_drafts_from_the_context():
         finally:
             backend.close()
     for with_spec, without in zip(texts["ngram-simple"], texts[None]):
-        assert difflib.SequenceMatcher(None, with_spec, without).ratio() > 0.6, (with_spec, without)
+        assert _same_greedy_path(with_spec, without), (with_spec, without)
     assert stats.drafted > 0 and 0 < stats.accepted <= stats.drafted
     with pytest.raises(ValueError, match="speculative must be one of"):
         make_backend("smoke", n_parallel=1, n_ctx=256, n_threads=THREADS, speculative="eagle")
