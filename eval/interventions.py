@@ -41,6 +41,7 @@ from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.interventions import (
     InterventionConfig,
     InterventionProtocol,
+    focus_drift,
     judged_pairs,
     summarize_interventions,
 )
@@ -164,8 +165,7 @@ def judge_confusion(traces: Sequence[DebateTrace]) -> metrics.Detection:
     previous round's), over every judged round including rounds later regenerated."""
     pairs = judged_pairs(traces)
     predicted = [p for p, _, _ in pairs]
-    actual = [metrics.focus_drift_label(prev["answers"], prev["correct"], cur["answers"], cur["correct"])
-              for _, prev, cur in pairs]
+    actual = [focus_drift(prev, cur) for _, prev, cur in pairs]
     return metrics.detection(predicted, actual)
 
 

@@ -36,9 +36,11 @@ from dear.cli import run as run_cli
 from dear.debate.interventions import (
     JUDGE_PROMPTS,
     InterventionConfig,
+    focus_drift,
     intervention_request,
     judge_messages,
     parse_verdict,
+    round_outcome,
 )
 from dear.debate.trace import AgentTurn, DebateTrace, read_jsonl
 from dear.llm.base import Backend, ChatRequest
@@ -69,8 +71,7 @@ class RoundPair:
         return self.trace.rounds[self.round]
 
     def focus_drift(self) -> bool:
-        return metrics.focus_drift_label([t.answer_key for t in self.prev], [bool(t.correct) for t in self.prev],
-                                         [t.answer_key for t in self.cur], [bool(t.correct) for t in self.cur])
+        return focus_drift(round_outcome(self.prev), round_outcome(self.cur))
 
 
 @dataclass(frozen=True)

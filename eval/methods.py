@@ -42,6 +42,7 @@ class MethodSpec:
     behavior_mode: str = "learned"
     fusion: str = "dst"
     stop_when_unanimous: bool = False  # end a debate after any round where all agents give the same answer
+    ablates: str = ""  # the method this one is an ablation or control of (the report pairs the two)
 
     @property
     def needs_checkpoint(self) -> bool:
@@ -60,14 +61,14 @@ METHODS: dict[str, MethodSpec] = {
                    protocol="mad", stop_when_unanimous=True),
         MethodSpec("dear", "DEAR", "dear", "learned selection + learned behavior, DST fusion"),
         MethodSpec("dear-no-selection", "DEAR w/o selection", "dear", "full mask + learned behavior",
-                   selection_mode="full"),
+                   selection_mode="full", ablates="dear"),
         MethodSpec("dear-no-behavior", "DEAR w/o behavior", "dear", "learned selection + fixed sampling",
-                   behavior_mode="fixed"),
+                   behavior_mode="fixed", ablates="dear"),
         MethodSpec("dear-mean", "DEAR Mean-fusion", "dear", "mean of selected opinions instead of DST",
-                   fusion="mean"),
+                   fusion="mean", ablates="dear"),
         MethodSpec("dear-random-mask", "DEAR random-mask", "dear",
                    "random mask whose per-round density is DEAR's realized density on the benchmark "
-                   "+ learned behavior", selection_mode="random"),
+                   "+ learned behavior", selection_mode="random", ablates="dear"),
     )
 }
 DEFAULT_METHODS = tuple(METHODS)

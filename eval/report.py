@@ -11,6 +11,7 @@ from typing import Any
 
 from dear.debate.trace import DebateTrace
 from dear.metrics import TRANSITIONS, ScoredDebate, MethodSummary, Ratio, paired_bootstrap_diff, summarize
+from eval.methods import METHODS
 
 
 def trace_to_record(trace: DebateTrace) -> ScoredDebate:
@@ -141,22 +142,18 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
             continue
         lines += [f"### Paired difference to {by_label(results, baseline)} (same questions)", "",
                   "Accuracy difference in percentage points with a paired bootstrap 95 % CI.", ""]
-        rows = []
-        for m in methods:
-            if m == baseline:
-                continue
-            row = [by_label(results, m)]
-            for b in benchmarks:
-                r, base = by.get((b, m)), by.get((b, baseline))
-                common = sorted(set(r.correct_by_question) & set(base.correct_by_question)) if r and base else []
-                if not common:
-                    row.append("–")
-                    continue
-                d = paired_bootstrap_diff([r.correct_by_question[q] for q in common],
-                                          [base.correct_by_question[q] for q in common], seed=seed, n_boot=n_boot)
-                row.append(f"{100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]")
-            rows.append(row)
+        rows = [[by_label(results, m)] + _paired_diffs(by, benchmarks, m, baseline, seed, n_boot)
+                for m in methods if m != baseline]
         lines += _table(["Method"] + benchmarks, rows) + [""]
+
+    ablations = [(m, METHODS[m].ablates) for m in methods if m in METHODS and METHODS[m].ablates in methods]
+    if ablations:
+        lines += ["### Paired difference of each method to its ablations and controls (same questions)", "",
+                  ("Accuracy of the full method minus its ablation, in percentage points, with a paired bootstrap "
+                   "95 % CI: what the ablated part adds."), ""]
+        rows = [[f"{by_label(results, full)} − {by_label(results, m)}"]
+                + _paired_diffs(by, benchmarks, full, m, seed, n_boot) for m, full in ablations]
+        lines += _table(["Comparison"] + benchmarks, rows) + [""]
 
     generation = meta.get("generation_s") or {}
     if generation:
@@ -254,6 +251,22 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
                "and retried by the same command."),
               ""]
     return "\n".join(lines)
+
+
+def _paired_diffs(by: dict[tuple[str, str], MethodResult], benchmarks: Sequence[str], method: str, baseline: str,
+                  seed: int, n_boot: int) -> list[str]:
+    """`method` − `baseline` accuracy per benchmark on their common questions, as "+d [lo, hi]" cells."""
+    cells = []
+    for b in benchmarks:
+        r, base = by.get((b, method)), by.get((b, baseline))
+        common = sorted(set(r.correct_by_question) & set(base.correct_by_question)) if r and base else []
+        if not common:
+            cells.append("–")
+            continue
+        d = paired_bootstrap_diff([r.correct_by_question[q] for q in common],
+                                  [base.correct_by_question[q] for q in common], seed=seed, n_boot=n_boot)
+        cells.append(f"{100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]")
+    return cells
 
 
 def by_label(results: Sequence[MethodResult], method: str) -> str:

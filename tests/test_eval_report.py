@@ -71,3 +71,16 @@ def test_csv_markdown_and_plots(tmp_path, results):
     assert "SYNTHETIC" in md_sim and "Paired difference to Single CoT" in md_sim
     for path in plots.write_all(results, tmp_path, synthetic=True):
         assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_ablation_is_paired_with_the_method_it_ablates():
+    full = [_trace(f"q{q}", [["4", "5", "4"], ["4", "4", "4"]]) for q in range(6)]
+    # the control is right on q0..q1 only: DEAR − control = 4 of 6 questions
+    control = [_trace(f"q{q}", [["4", "5", "5"], ["4" if q < 2 else "5"] * 3]) for q in range(6)]
+    results = [report.evaluate("gsm8k", "dear", "DEAR (sim-fitted)", full, n_boot=200),
+               report.evaluate("gsm8k", "dear-random-mask", "DEAR random-mask (sim-fitted)", control, n_boot=200)]
+    md = report.markdown(results, {"seed": 0}, n_boot=200)
+    section = md.split("to its ablations and controls")[1].split("\n\n##")[0]
+    assert "| DEAR (sim-fitted) − DEAR random-mask (sim-fitted) | +66.7 [" in section
+    without = report.markdown(results[:1], {"seed": 0}, n_boot=200)
+    assert "ablations and controls" not in without

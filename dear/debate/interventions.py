@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from dear import metrics
 from dear.debate.engine import T_MAX, Debate, DebateEngine, RoundControl
 from dear.seeds import derive_seed
 from dear.debate.prompts import render_answer
@@ -406,8 +407,14 @@ class _DebateState:
     control: RoundControl | None = None  # the control of the last round (for a redo)
 
 
-def _keys_correct(turns: Sequence[AgentTurn]) -> dict[str, list]:
+def round_outcome(turns: Sequence[AgentTurn]) -> dict[str, list]:
+    """One round's answer keys and correctness, the form a judge call records and FOCUS labels are computed from."""
     return {"answers": [t.answer_key for t in turns], "correct": [bool(t.correct) for t in turns]}
+
+
+def focus_drift(prev: dict[str, list], cur: dict[str, list]) -> bool:
+    """The FOCUS drift label of a judged round pair, from two `round_outcome`s."""
+    return metrics.focus_drift_label(prev["answers"], prev["correct"], cur["answers"], cur["correct"])
 
 
 class InterventionProtocol:
@@ -522,7 +529,7 @@ class InterventionProtocol:
             d.trace.add_extra_call(ExtraCall(
                 "judge", d.round, c.prompt_tokens, c.completion_tokens, c.text or "",
                 {"drifted": v.drifted, "malformed": v.malformed, "reason": v.reason,
-                 "prev": _keys_correct(d.trace.rounds[-2]), "cur": _keys_correct(d.last_turns)},
+                 "prev": round_outcome(d.trace.rounds[-2]), "cur": round_outcome(d.last_turns)},
                 error=c.error))
             if v.drifted:
                 flagged.append((d, v))
