@@ -13,7 +13,9 @@ debates (the corpus) and confirm the chosen one once on test-split traces.
 `--traces` takes eval.run trace files (`OUT/traces/<benchmark>/<method>.jsonl`) or corpus directories
 (`results/corpus-*`), comma-separated. Every verdict is appended to `OUT/verdicts.jsonl` as soon as its batch
 returns; a rerun judges only the missing pairs. `OUT/judge.md` and `judge.csv` give TP/FP/TN/FN, precision,
-recall, specificity and accuracy with 95 % Clopper-Pearson intervals, per prompt.
+recall, specificity and accuracy with 95 % Clopper-Pearson intervals, per prompt. Drift is rare (12 of 240
+corpus pairs), so `--drifted-only` judges just the FOCUS-drift pairs among the first `--n` to measure recall
+without judging every pair; the report then marks precision and accuracy as of an enriched sample.
 """
 
 from __future__ import annotations
@@ -74,6 +76,10 @@ class RoundPair:
         return focus_drift(round_outcome(self.prev), round_outcome(self.cur))
 
 
+IN_ORDER = "in order"
+DRIFT_ONLY = "FOCUS drift only"
+
+
 @dataclass(frozen=True)
 class StoredVerdict:
     """One line of verdicts.jsonl."""
@@ -90,6 +96,7 @@ class StoredVerdict:
     prompt_tokens: int
     completion_tokens: int
     error: str | None = None
+    selected: str = IN_ORDER  # how the pair was chosen: IN_ORDER or DRIFT_ONLY (--drifted-only)
 
 
 # ---------------------------------------------------------------- inputs
@@ -140,7 +147,8 @@ def read_verdicts(path: Path) -> list[StoredVerdict]:
 
 # ---------------------------------------------------------------- judging
 def judge_pairs(backend: Backend, pairs: Sequence[RoundPair], questions: dict[str, dict[str, Question]],
-                config: InterventionConfig, seed: int, out: Path, batch: int = 9) -> list[StoredVerdict]:
+                config: InterventionConfig, seed: int, out: Path, batch: int = 9,
+                selected: str = IN_ORDER) -> list[StoredVerdict]:
     """Judge `pairs` in batches of `batch` requests, appending each batch's verdicts to `out` as it returns."""
     done: list[StoredVerdict] = []
     for start in range(0, len(pairs), batch):
@@ -156,7 +164,7 @@ def judge_pairs(backend: Backend, pairs: Sequence[RoundPair], questions: dict[st
                 key=p.key, prompt=config.judge_prompt, question_id=p.trace.question_id, round=p.round,
                 drifted=bool(v and v.drifted), malformed=v is None or v.malformed, focus_drift=p.focus_drift(),
                 reason=v.reason if v else "", text=c.text or "", prompt_tokens=c.prompt_tokens,
-                completion_tokens=c.completion_tokens, error=c.error))
+                completion_tokens=c.completion_tokens, error=c.error, selected=selected))
         with out.open("a", encoding="utf-8") as f:
             f.writelines(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows)
         done += rows
@@ -200,19 +208,25 @@ def _pct(x: float) -> str:
 def write_report(out: Path, verdicts: Sequence[StoredVerdict], command: str, synthetic: bool) -> list[dict]:
     rows = []
     for prompt in sorted({v.prompt for v in verdicts}):
-        rows.append({"prompt": prompt, **score([v for v in verdicts if v.prompt == prompt])})
+        mine = [v for v in verdicts if v.prompt == prompt]
+        rows.append({"prompt": prompt, **score(mine), "enriched": any(v.selected == DRIFT_ONLY for v in mine)})
     title = "# DRIFTJudge on stored debates" + (" (SYNTHETIC: sim backend)" if synthetic else "")
     lines = [title, "", f"Command: `{command}`", "",
              "| prompt | round pairs | flagged | TP/FP/TN/FN | precision [95% CI] | recall [95% CI] | "
              "specificity [95% CI] | accuracy [95% CI] | malformed | tokens/pair |", "|" + "---|" * 10]
     for r in rows:
         cells = [f"{_pct(r[k])} [{_pct(r[f'{k}_low'])}, {_pct(r[f'{k}_high'])}]"
+                 + (" (enriched)" if r["enriched"] and k in ("precision", "accuracy") else "")
                  for k in ("precision", "recall", "specificity", "accuracy")]
         lines.append(" | ".join([f"| {r['prompt'] + (' (synthetic)' if synthetic else '')}", str(r["pairs"]),
                                  f"{r['flagged_pct']:.1f}%", f"{r['tp']}/{r['fp']}/{r['tn']}/{r['fn']}", *cells,
                                  str(r["malformed"]), f"{r['tokens_per_pair']:,.0f}"]) + " |")
     lines += ["", "Labels: FOCUS < 0 between the two rounds (the group plurality score fell; dear/metrics.py). "
               "Malformed verdicts count as 'no drift'. Intervals: exact binomial (scipy)."]
+    if any(r["enriched"] for r in rows):
+        lines += ["", "(enriched): the judged pairs include pairs chosen because FOCUS labels them drift "
+                  "(`--drifted-only`), so drift is over-represented: recall and specificity are per class and "
+                  "unaffected; precision and accuracy are of the judged pairs, not of debates."]
     (out / "judge.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with (out / "judge.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["prompt"])
@@ -230,6 +244,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt", default="basic", choices=sorted(JUDGE_PROMPTS), help="the judge's instruction")
     p.add_argument("--seed", type=int, default=0, help="the eval.run seed the judge's request seeds derive from")
     p.add_argument("--n", type=int, default=0, help="judge at most this many round pairs (0 = all), in input order")
+    p.add_argument("--drifted-only", action="store_true",
+                   help="judge only pairs FOCUS labels drift (of the first --n): measures recall cheaply")
     p.add_argument("--batch", type=int, default=9, help="requests per backend call (and per verdicts.jsonl flush)")
     p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke backends)")
     p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke backends)")
@@ -250,6 +266,8 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
         sources = [s.strip() for s in a.traces.split(",") if s.strip()]
         pairs = [p for s in sources for p in round_pairs(str(Path(s)), load_traces(s))]
         pairs = pairs[:a.n] if a.n else pairs
+        if a.drifted_only:
+            pairs = [p for p in pairs if p.focus_drift()]
         judged = {v.key for v in read_verdicts(verdicts_path) if v.prompt == a.prompt}
         todo = [p for p in pairs if p.key not in judged]
         print(f"{len(pairs)} round pairs, {len(pairs) - len(todo)} already judged with prompt {a.prompt!r}, "
@@ -264,7 +282,8 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
                 backend = make_backend(a.llm, **opts)
             synthetic = synthetic or backend.synthetic
             try:
-                judge_pairs(backend, todo, questions, config, a.seed, verdicts_path, a.batch)
+                judge_pairs(backend, todo, questions, config, a.seed, verdicts_path, a.batch,
+                            DRIFT_ONLY if a.drifted_only else IN_ORDER)
             finally:
                 if own:
                     backend.close()

@@ -108,6 +108,23 @@ def test_scores_resumes_and_reports_each_prompt(tmp_path):
     assert by_prompt["stepwise"]["malformed"] == 3 and by_prompt["stepwise"]["fn"] == 1  # malformed = no drift
 
 
+def test_drifted_only_judges_the_focus_drift_pairs_and_marks_the_sample_enriched(tmp_path):
+    trace, _ = _debate()
+    src = tmp_path / "mad.jsonl"
+    write_jsonl([trace], src)
+    out = tmp_path / "judge"
+    be = FakeBackend(_flag_round_2_and_3)
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--drifted-only"],
+                    backend=be)
+    assert [r.metadata["round"] for r in _judge_requests(be)] == [2]  # the only FOCUS-drift pair
+    assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 0, 0, 0) and row["enriched"]
+    assert "100.0% [2.5%, 100.0%] (enriched)" in (out / "judge.md").read_text()
+    rest = FakeBackend(_flag_round_2_and_3)
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5"], backend=rest)
+    assert [r.metadata["round"] for r in _judge_requests(rest)] == [1, 3]  # round 2 is not judged again
+    assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 1, 1, 0) and row["enriched"]
+
+
 def test_backend_errors_are_stored_as_malformed_no_drift(tmp_path):
     trace, _ = _debate()
     be = FakeBackend(lambda r: Completion("", 0, 0, "error", 0.0, error="RuntimeError: slot died"))
