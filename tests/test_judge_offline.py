@@ -81,11 +81,16 @@ def _flag_round_2_and_3(r: ChatRequest) -> str:
     return "Verdict: DRIFT\nReason: answers changed" if r.metadata["round"] >= 2 else "Verdict: NO DRIFT\nReason: ok"
 
 
-def test_scores_resumes_and_reports_each_prompt(tmp_path):
+def _stored_debate(tmp_path):
+    """A 3-round MAD debate (FOCUS drift in round 2 only) written as an eval.run trace file, and an output dir."""
     trace, _ = _debate()
     src = tmp_path / "mad.jsonl"
     write_jsonl([trace], src)
-    out = tmp_path / "judge"
+    return src, tmp_path / "judge"
+
+
+def test_scores_resumes_and_reports_each_prompt(tmp_path):
+    src, out = _stored_debate(tmp_path)
     be = FakeBackend(_flag_round_2_and_3)
     (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5"], backend=be)
     # FOCUS: round 2 fell from all-correct to all-wrong (drift); rounds 1 and 3 did not fall
@@ -109,10 +114,7 @@ def test_scores_resumes_and_reports_each_prompt(tmp_path):
 
 
 def test_drifted_only_judges_the_focus_drift_pairs_and_marks_the_sample_enriched(tmp_path):
-    trace, _ = _debate()
-    src = tmp_path / "mad.jsonl"
-    write_jsonl([trace], src)
-    out = tmp_path / "judge"
+    src, out = _stored_debate(tmp_path)
     be = FakeBackend(_flag_round_2_and_3)
     (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--drifted-only"],
                     backend=be)
