@@ -37,11 +37,13 @@ from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.interventions import (
     JUDGE_PROMPTS,
+    SKIPPED_REASON,
     InterventionConfig,
     focus_drift,
     intervention_request,
     judge_messages,
-    parse_verdict,
+    judge_verdict,
+    needs_judge_call,
     round_outcome,
 )
 from dear.debate.trace import AgentTurn, DebateTrace, read_jsonl
@@ -97,6 +99,7 @@ class StoredVerdict:
     completion_tokens: int
     error: str | None = None
     selected: str = IN_ORDER  # how the pair was chosen: IN_ORDER or DRIFT_ONLY (--drifted-only)
+    skipped: bool = False  # no call: the prompt's verdict could not be "drift" (needs_judge_call)
 
 
 # ---------------------------------------------------------------- inputs
@@ -149,34 +152,47 @@ def read_verdicts(path: Path) -> list[StoredVerdict]:
 def judge_pairs(backend: Backend, pairs: Sequence[RoundPair], questions: dict[str, dict[str, Question]],
                 config: InterventionConfig, seed: int, out: Path, batch: int = 9,
                 selected: str = IN_ORDER) -> list[StoredVerdict]:
-    """Judge `pairs` in batches of `batch` requests, appending each batch's verdicts to `out` as it returns."""
-    done: list[StoredVerdict] = []
-    for start in range(0, len(pairs), batch):
-        chunk = pairs[start:start + batch]
-        reqs = [_request(p, questions[p.trace.task][p.trace.question_id], config, seed) for p in chunk]
+    """Judge `pairs` in batches of `batch` requests, appending each batch's verdicts to `out` as it returns.
+    Pairs the prompt needs no call for (`needs_judge_call`) are recorded at once as skipped."""
+    prompt = config.judge_prompt
+    skipped = [p for p in pairs if not needs_judge_call(prompt, p.prev, p.cur)]
+    rows = [StoredVerdict(key=p.key, prompt=prompt, question_id=p.trace.question_id, round=p.round, drifted=False,
+                          malformed=False, focus_drift=p.focus_drift(), reason=SKIPPED_REASON, text="",
+                          prompt_tokens=0, completion_tokens=0, selected=selected, skipped=True) for p in skipped]
+    _append(out, rows)
+    done = list(rows)
+    called = [p for p in pairs if needs_judge_call(prompt, p.prev, p.cur)]
+    for start in range(0, len(called), batch):
+        chunk = called[start:start + batch]
+        asked = [questions[p.trace.task][p.trace.question_id] for p in chunk]
+        reqs = [_request(p, q, config, seed) for p, q in zip(chunk, asked)]
         comps = backend.generate(reqs)
         if len(comps) != len(reqs):
             raise RuntimeError(f"backend returned {len(comps)} completions for {len(reqs)} requests")
         rows = []
-        for p, c in zip(chunk, comps):
-            v = parse_verdict(c.text) if c.error is None else None
+        for p, q, c in zip(chunk, asked, comps):
+            v = judge_verdict(prompt, c.text, q, p.prev, p.cur) if c.error is None else None
             rows.append(StoredVerdict(
-                key=p.key, prompt=config.judge_prompt, question_id=p.trace.question_id, round=p.round,
+                key=p.key, prompt=prompt, question_id=p.trace.question_id, round=p.round,
                 drifted=bool(v and v.drifted), malformed=v is None or v.malformed, focus_drift=p.focus_drift(),
                 reason=v.reason if v else "", text=c.text or "", prompt_tokens=c.prompt_tokens,
                 completion_tokens=c.completion_tokens, error=c.error, selected=selected))
-        with out.open("a", encoding="utf-8") as f:
-            f.writelines(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows)
+        _append(out, rows)
         done += rows
-        log.info("judged %d / %d round pairs", start + len(chunk), len(pairs))
+        log.info("judged %d / %d round pairs (%d more need no call)", start + len(chunk), len(called), len(skipped))
     return done
+
+
+def _append(path: Path, rows: Sequence[StoredVerdict]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.writelines(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows)
 
 
 def _request(pair: RoundPair, question: Question, config: InterventionConfig, seed: int) -> ChatRequest:
     """The request InterventionProtocol sends for this round pair inside a debate."""
     msgs = judge_messages(question, pair.prev, pair.cur, config.solution_chars, config.judge_prompt)
     return intervention_request("judge", msgs, seed, pair.trace, pair.round, None, config.judge_temperature,
-                                config.judge_max_tokens)
+                                config.judge_tokens)
 
 
 # ---------------------------------------------------------------- report
@@ -191,6 +207,7 @@ def score(verdicts: Sequence[StoredVerdict]) -> dict[str, Any]:
     """Confusion counts against FOCUS and each rate with its 95 % Clopper-Pearson interval."""
     det = metrics.detection([v.drifted for v in verdicts], [v.focus_drift for v in verdicts])
     row: dict[str, Any] = {"pairs": det.n, "tp": det.tp, "fp": det.fp, "tn": det.tn, "fn": det.fn,
+                           "calls": sum(not v.skipped for v in verdicts),
                            "malformed": sum(v.malformed for v in verdicts),
                            "flagged_pct": 100 * (det.tp + det.fp) / max(1, det.n)}
     for name, k, n in (("precision", det.tp, det.tp + det.fp), ("recall", det.tp, det.tp + det.fn),
@@ -212,17 +229,19 @@ def write_report(out: Path, verdicts: Sequence[StoredVerdict], command: str, syn
         rows.append({"prompt": prompt, **score(mine), "enriched": any(v.selected == DRIFT_ONLY for v in mine)})
     title = "# DRIFTJudge on stored debates" + (" (SYNTHETIC: sim backend)" if synthetic else "")
     lines = [title, "", f"Command: `{command}`", "",
-             "| prompt | round pairs | flagged | TP/FP/TN/FN | precision [95% CI] | recall [95% CI] | "
-             "specificity [95% CI] | accuracy [95% CI] | malformed | tokens/pair |", "|" + "---|" * 10]
+             "| prompt | round pairs | judge calls | flagged | TP/FP/TN/FN | precision [95% CI] | recall [95% CI] | "
+             "specificity [95% CI] | accuracy [95% CI] | malformed | tokens/pair |", "|" + "---|" * 11]
     for r in rows:
         cells = [f"{_pct(r[k])} [{_pct(r[f'{k}_low'])}, {_pct(r[f'{k}_high'])}]"
                  + (" (enriched)" if r["enriched"] and k in ("precision", "accuracy") else "")
                  for k in ("precision", "recall", "specificity", "accuracy")]
         lines.append(" | ".join([f"| {r['prompt'] + (' (synthetic)' if synthetic else '')}", str(r["pairs"]),
-                                 f"{r['flagged_pct']:.1f}%", f"{r['tp']}/{r['fp']}/{r['tn']}/{r['fn']}", *cells,
+                                 str(r["calls"]), f"{r['flagged_pct']:.1f}%", f"{r['tp']}/{r['fp']}/{r['tn']}/{r['fn']}", *cells,
                                  str(r["malformed"]), f"{r['tokens_per_pair']:,.0f}"]) + " |")
     lines += ["", "Labels: FOCUS < 0 between the two rounds (the group plurality score fell; dear/metrics.py). "
-              "Malformed verdicts count as 'no drift'. Intervals: exact binomial (scipy)."]
+              "Malformed verdicts count as 'no drift'. Intervals: exact binomial (scipy). Tokens/pair averages over "
+              "all judged pairs; an answer-naming prompt (verify) needs no call where the plurality did not change "
+              "(no drift under any answer), so it has fewer calls than pairs."]
     if any(r["enriched"] for r in rows):
         lines += ["", "(enriched): the judged pairs include pairs chosen because FOCUS labels them drift "
                   "(`--drifted-only`), so drift is over-represented: recall and specificity are per class and "
@@ -241,7 +260,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--traces", required=True, help="comma-separated eval.run trace files or corpus directories")
     p.add_argument("--out", required=True, help="results directory (verdicts.jsonl, judge.md, judge.csv)")
     p.add_argument("--llm", default="local", help="judge backend spec (the debaters' model by default: local)")
-    p.add_argument("--prompt", default="basic", choices=sorted(JUDGE_PROMPTS), help="the judge's instruction")
+    p.add_argument("--prompt", default=InterventionConfig.judge_prompt, choices=sorted(JUDGE_PROMPTS),
+                   help="the judge's instruction (default: the in-debate judge's, %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="the eval.run seed the judge's request seeds derive from")
     p.add_argument("--n", type=int, default=0, help="judge at most this many round pairs (0 = all), in input order")
     p.add_argument("--drifted-only", action="store_true",

@@ -59,7 +59,7 @@ def test_bad_override_names_the_method():
 
 def test_build_and_run_mad_with_policy():
     base = DebateConfig(n_agents=3, n_rounds=2)
-    run = IV.build_intervention_method("mad+judge+policy", base)
+    run = IV.build_intervention_method("mad+judge+policy", base, judge_prompt="basic")
     assert isinstance(run.protocol, InterventionProtocol) and run.protocol.name == "mad+judge+policy"
     be = FakeBackend(Script(verdicts={1: "Verdict: DRIFT\nReason: r"}))
     debates = IV.run_method(run, DebateEngine(be, run.config), [gsm(0), gsm(1)])
@@ -80,7 +80,8 @@ def test_dear_needs_checkpoint_and_runs_with_one(tmp_path):
     art = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "art", encoder="hashing",
                         training={"llm": "fake", "task": "gsm8k", "rounds": 2})
     ckpt = M.load_checkpoint(art)
-    run = IV.build_intervention_method("dear+judge+policy", base, ckpt=ckpt, encoder=make_encoder("hashing"))
+    run = IV.build_intervention_method("dear+judge+policy", base, ckpt=ckpt, encoder=make_encoder("hashing"),
+                                      judge_prompt="basic")
     be = FakeBackend(Script(verdicts={1: "Verdict: DRIFT\nReason: r"}))
     (d,) = IV.run_method(run, DebateEngine(be, run.config), [gsm(0)])
     assert d.done and not d.failed
@@ -123,7 +124,8 @@ def test_report_from_results_dir(tmp_path):
     script = Script(answers={(1, 0): "7"}, verdicts={1: "Verdict: DRIFT\nReason: r", 2: "nonsense"},
                     ratings={(0, 1): '{"relevance": 0.1, "conflict": "none"}'})
     for name in ("mad", "mad+judge+regenerate", "mad+moderator"):
-        run = IV.build_intervention_method(name, base) if "+" in name else M.build(M.METHODS[name], base, 0)
+        run = (IV.build_intervention_method(name, base, judge_prompt="basic") if "+" in name
+               else M.build(M.METHODS[name], base, 0))
         debates = IV.run_method(run, DebateEngine(FakeBackend(script), run.config), qs)
         write_jsonl([d.trace for d in debates], out / "traces" / "gsm8k" / f"{name}.jsonl")
     rows = IV.report(out, "gsm8k", ["mad", "mad+judge+regenerate", "mad+moderator"], command="cmd")
@@ -190,16 +192,18 @@ def test_smoke_model_runs_each_intervention(smoke_backend, name, forced):
 
     base = DebateConfig(n_agents=2, n_rounds=2, max_tokens=48, temperature0=0.7)
     judge = FlagEveryRound(smoke_backend) if forced else None
+    # the forcing judge speaks the "basic" verdict format; the unforced judge runs the default prompt for real
+    prompt = {"judge_prompt": "basic"} if forced else {}
     run = IV.build_intervention_method(name, base, backend=judge, judge_max_tokens=32, policy_max_tokens=48,
-                                       moderator_max_tokens=64, solution_chars=200)
+                                       moderator_max_tokens=64, solution_chars=200, **prompt)
     (d,) = IV.run_method(run, DebateEngine(smoke_backend, run.config), [gsm(3)])
     assert d.done and not d.failed, d.trace.error
     s = summarize_interventions([d.trace])
     assert s.extra_tokens > 0 and s.debater_tokens == d.trace.total_tokens
     assert all(c.error is None for c in d.trace.extra_calls)
     if "judge" in name:
-        assert s.judge_verdicts == s.calls["judge"] == 2
-        assert all(c.text for c in d.trace.extra_calls if c.kind == "judge")
+        assert s.judge_verdicts == 2 and s.calls.get("judge", 0) == 2 - s.judge_skipped
+        assert all(c.text for c in d.trace.extra_calls if c.kind == "judge" and not c.result["skipped"])
     if "policy" in name:  # the flag after round 1 brings real advice into round 2; none after the last round
         (advice,) = [c for c in d.trace.extra_calls if c.kind == "policy"]
         assert advice.completion_tokens > 0
@@ -232,7 +236,9 @@ def test_eval_run_with_intervention_methods(tmp_path):
     mad = read_jsonl(out / "traces" / "synthetic" / "mad.jsonl")
     for a, b in zip(mad, traces):  # the shared round 0
         assert [t.text for t in a.rounds[0]] == [t.text for t in b.rounds[0]]
-    assert all(t.extra_prompt_tokens > 0 for t in traces)
+    for t in traces:  # the default judge needs no call where the plurality held (no skipped call costs tokens)
+        assert (t.extra_prompt_tokens > 0) == any(not c.result["skipped"] for c in t.extra_calls)
+    assert all(t.extra_prompt_tokens > 0 for t in read_jsonl(out / "traces" / "synthetic" / "mad+moderator.jsonl"))
     assert "SYNTHETIC" in (out / "interventions.md").read_text()
 
 

@@ -141,11 +141,11 @@ def test_config_validation():
     with pytest.raises(ValueError, match="moderator=True"):
         InterventionConfig(agenda=True)
     with pytest.raises(ValueError, match="policy or regenerate"):
-        InterventionConfig(judge=True, policy=True, regenerate=True)
+        InterventionConfig(judge=True, judge_prompt="basic", policy=True, regenerate=True)
     with pytest.raises(ValueError, match="relevance_threshold"):
         InterventionConfig(moderator=True, relevance_threshold=1.5)
     with pytest.raises(ValueError, match="regenerate_temperature"):
-        InterventionConfig(judge=True, regenerate=True, regenerate_temperature=0.0)
+        InterventionConfig(judge=True, judge_prompt="basic", regenerate=True, regenerate_temperature=0.0)
     with pytest.raises(ValueError, match="no intervention"):
         InterventionProtocol(MADProtocol(), InterventionConfig())
 
@@ -258,7 +258,7 @@ def extra_calls(be: FakeBackend, kind: str) -> list[ChatRequest]:
 def test_policy_advice_reaches_next_round_prompts(layout):
     be = FakeBackend(Script(verdicts={1: "Verdict: DRIFT\nReason: agents dropped 18"}))
     eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=3, layout=layout))
-    proto = InterventionProtocol(MADProtocol(3, 3), InterventionConfig(judge=True, policy=True))
+    proto = InterventionProtocol(MADProtocol(3, 3), InterventionConfig(judge=True, judge_prompt="basic", policy=True))
     (d,) = proto.run(eng, [gsm(0)])
     rounds = debater_calls(be)
     assert len(rounds) == 4
@@ -279,7 +279,7 @@ def test_policy_advice_reaches_next_round_prompts(layout):
 def test_policy_not_called_after_the_final_round_and_malformed_verdict_counted():
     be = FakeBackend(Script(verdicts={1: "the agents seem fine", 2: "Verdict: DRIFT\nReason: x"}))
     eng = DebateEngine(be, DebateConfig(n_agents=2, n_rounds=2))
-    proto = InterventionProtocol(MADProtocol(2, 2), InterventionConfig(judge=True, policy=True))
+    proto = InterventionProtocol(MADProtocol(2, 2), InterventionConfig(judge=True, judge_prompt="basic", policy=True))
     (d,) = proto.run(eng, [gsm(0)])
     assert extra_calls(be, "policy") == []
     s = summarize_interventions([d.trace])
@@ -289,7 +289,7 @@ def test_policy_not_called_after_the_final_round_and_malformed_verdict_counted()
 def test_judge_sees_previous_and_current_solutions():
     be = FakeBackend(Script(answers={(1, 0): "99"}))
     eng = DebateEngine(be, DebateConfig(n_agents=2, n_rounds=1))
-    InterventionProtocol(MADProtocol(2, 1), InterventionConfig(judge=True)).run(eng, [gsm(0)])
+    InterventionProtocol(MADProtocol(2, 1), InterventionConfig(judge=True, judge_prompt="basic")).run(eng, [gsm(0)])
     (req,) = extra_calls(be, "judge")
     text = req.messages[-1].content
     assert "Solutions in round 0" in text and "Solutions in round 1" in text
@@ -304,7 +304,7 @@ def test_regenerate_redoes_a_flagged_round_exactly_once():
     be = FakeBackend(script)
     eng = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=2, temperature0=0.0))
     proto = InterventionProtocol(MADProtocol(3, 2, temperature=0.0),
-                                 InterventionConfig(judge=True, regenerate=True, regenerate_temperature=0.8))
+                                 InterventionConfig(judge=True, judge_prompt="basic", regenerate=True, regenerate_temperature=0.8))
     (d,) = proto.run(eng, [gsm(0)])
     rounds = debater_calls(be)
     assert [b[0].metadata["round"] for b in rounds] == [0, 1, 1, 2, 2]
@@ -321,7 +321,7 @@ def test_regenerate_redoes_a_flagged_round_exactly_once():
 def test_regenerate_without_flags_changes_nothing():
     be = FakeBackend(Script())
     eng = DebateEngine(be, DebateConfig(n_agents=2, n_rounds=2))
-    (d,) = InterventionProtocol(MADProtocol(2, 2), InterventionConfig(judge=True, regenerate=True)).run(eng, [gsm(0)])
+    (d,) = InterventionProtocol(MADProtocol(2, 2), InterventionConfig(judge=True, judge_prompt="basic", regenerate=True)).run(eng, [gsm(0)])
     be_plain = FakeBackend(Script())
     (p,) = DebateEngine(be_plain, DebateConfig(n_agents=2, n_rounds=2)).run([gsm(0)], MADProtocol(2, 2))
     assert [[r.messages for r in b] for b in debater_calls(be)] == [[r.messages for r in b] for b in be_plain.calls]
@@ -375,7 +375,7 @@ def test_interventions_survive_a_failing_judge_backend():
 
     be = FakeBackend(Script())
     eng = DebateEngine(be, DebateConfig(n_agents=2, n_rounds=1))
-    proto = InterventionProtocol(MADProtocol(2, 1), InterventionConfig(judge=True, policy=True), backend=Broken())
+    proto = InterventionProtocol(MADProtocol(2, 1), InterventionConfig(judge=True, judge_prompt="basic", policy=True), backend=Broken())
     (d,) = proto.run(eng, [gsm(0)])
     assert d.done and not d.failed
     (call,) = [c for c in d.trace.extra_calls if c.kind == "judge"]
@@ -394,7 +394,7 @@ def test_wraps_any_protocol_with_per_debate_controls():
 
     be = FakeBackend(Script())
     eng = DebateEngine(be, DebateConfig(n_agents=2, n_rounds=1))
-    ds = InterventionProtocol(PerDebate(), InterventionConfig(judge=True)).run(eng, [gsm(0), gsm(1)])
+    ds = InterventionProtocol(PerDebate(), InterventionConfig(judge=True, judge_prompt="basic")).run(eng, [gsm(0), gsm(1)])
     assert [d.trace.rounds[1][0].peers for d in ds] == [[1], []]
     assert ds[0].trace.protocol == "custom+judge"
     assert len(extra_calls(be, "judge")) == 2 and len([b for b in be.calls if "intervention" in b[0].metadata]) == 1

@@ -9,7 +9,13 @@ import pytest
 
 from dear import tasks
 from dear.debate import DebateConfig, DebateEngine, MADProtocol
-from dear.debate.interventions import JUDGE_PROMPTS, InterventionConfig, InterventionProtocol
+from dear.debate.interventions import (
+    JUDGE_PROMPTS,
+    InterventionConfig,
+    InterventionProtocol,
+    judge_verdict,
+    summarize_interventions,
+)
 from dear.debate.trace import write_jsonl
 from dear.llm.base import ChatRequest, Completion
 from eval import judge_offline as J
@@ -54,7 +60,8 @@ def _judge_requests(be: FakeBackend) -> list[ChatRequest]:
 def test_offline_requests_equal_the_in_debate_judge_requests(prompt, tmp_path):
     trace, be = _debate(prompt)
     inside = _judge_requests(be)
-    assert [r.metadata["round"] for r in inside] == [1, 2, 3]
+    # an answer-naming prompt needs no call on round 1: its plurality equals round 0's
+    assert [r.metadata["round"] for r in inside] == ([2, 3] if JUDGE_PROMPTS[prompt].names_answer else [1, 2, 3])
     offline_be = FakeBackend(lambda r: "Verdict: NO DRIFT\nReason: fine")
     pairs = list(J.round_pairs("src", [trace]))
     J.judge_pairs(offline_be, pairs, {"gsm8k": {QUESTION.id: QUESTION}}, InterventionConfig(judge=True,
@@ -70,6 +77,46 @@ def test_stepwise_prompt_lists_both_rounds_final_answers():
     assert f"Final answers in round 1: Agent 1: \\boxed{{{GOLD}}}" in text
     assert f"Final answers in round 2: Agent 1: \\boxed{{{WRONG}}}" in text
     assert text.rstrip().endswith("Verdict: NO DRIFT or DRIFT")
+
+
+def _boxed(answer: str):
+    return lambda r: f"Checking the arithmetic step by step.\nCorrect answer: \\boxed{{{answer}}}"
+
+
+@pytest.mark.parametrize("named, flagged", [(GOLD, [2]), (WRONG, [3])])
+def test_verify_judge_names_an_answer_and_focus_with_it_decides(named, flagged):
+    trace, be = _debate("verify", _boxed(named))
+    judge = [c for c in trace.extra_calls if c.kind == "judge"]
+    assert [c.round for c in judge] == [1, 2, 3]
+    assert [c.result["skipped"] for c in judge] == [True, False, False] and judge[0].prompt_tokens == 0
+    # rounds: all GOLD, all GOLD, all WRONG, all GOLD; drift = the plurality moved away from the named answer
+    assert [c.round for c in judge if c.result["drifted"]] == flagged
+    s = summarize_interventions([trace])
+    assert (s.judge_verdicts, s.judge_skipped, s.calls["judge"]) == (3, 1, 2)
+    assert _judge_requests(be)[0].max_tokens == JUDGE_PROMPTS["verify"].max_tokens
+
+
+def test_verify_judge_without_a_boxed_answer_is_malformed_no_drift():
+    trace, _ = _debate()
+    prev, cur = trace.rounds[1], trace.rounds[2]
+    v = judge_verdict("verify", f"Both could be right; {GOLD} looks plausible.", QUESTION, prev, cur)
+    assert v.malformed and not v.drifted
+    v = judge_verdict("verify", "Correct answer: \\boxed{12345678}", QUESTION, prev, cur)  # nobody's answer
+    assert not v.malformed and not v.drifted and "(no agent's)" in v.reason
+
+
+def test_verify_offline_records_skipped_pairs_without_a_call(tmp_path):
+    src, out = _stored_debate(tmp_path)
+    be = FakeBackend(_boxed(GOLD))
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "verify"],
+                    backend=be)
+    assert [r.metadata["round"] for r in _judge_requests(be)] == [2, 3]
+    assert (row["pairs"], row["calls"], row["tp"], row["fp"], row["tn"], row["fn"]) == (3, 2, 1, 0, 2, 0)
+    stored = J.read_verdicts(out / "verdicts.jsonl")
+    assert [(v.round, v.skipped) for v in stored] == [(1, True), (2, False), (3, False)]
+    again = FakeBackend(_boxed(GOLD))
+    J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--prompt", "verify"], backend=again)
+    assert again.calls == []  # skipped pairs count as judged
 
 
 def test_unknown_judge_prompt_is_refused():
@@ -92,7 +139,8 @@ def _stored_debate(tmp_path):
 def test_scores_resumes_and_reports_each_prompt(tmp_path):
     src, out = _stored_debate(tmp_path)
     be = FakeBackend(_flag_round_2_and_3)
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5"], backend=be)
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "basic"],
+                    backend=be)
     # FOCUS: round 2 fell from all-correct to all-wrong (drift); rounds 1 and 3 did not fall
     assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 1, 1, 0)
     assert row["precision"] == 0.5 and row["recall"] == 1.0 and row["specificity"] == 0.5
@@ -102,7 +150,8 @@ def test_scores_resumes_and_reports_each_prompt(tmp_path):
     assert "1/1/1/0" in (out / "judge.md").read_text()
 
     again = FakeBackend(_flag_round_2_and_3)
-    J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5"], backend=again)
+    J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "basic"],
+           backend=again)
     assert again.calls == []  # every pair already judged with this prompt
 
     other = FakeBackend(lambda r: "I cannot tell.")
@@ -116,13 +165,14 @@ def test_scores_resumes_and_reports_each_prompt(tmp_path):
 def test_drifted_only_judges_the_focus_drift_pairs_and_marks_the_sample_enriched(tmp_path):
     src, out = _stored_debate(tmp_path)
     be = FakeBackend(_flag_round_2_and_3)
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--drifted-only"],
-                    backend=be)
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--drifted-only",
+                     "--prompt", "basic"], backend=be)
     assert [r.metadata["round"] for r in _judge_requests(be)] == [2]  # the only FOCUS-drift pair
     assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 0, 0, 0) and row["enriched"]
     assert "100.0% [2.5%, 100.0%] (enriched)" in (out / "judge.md").read_text()
     rest = FakeBackend(_flag_round_2_and_3)
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5"], backend=rest)
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "basic"],
+                    backend=rest)
     assert [r.metadata["round"] for r in _judge_requests(rest)] == [1, 3]  # round 2 is not judged again
     assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 1, 1, 0) and row["enriched"]
 
@@ -132,7 +182,8 @@ def test_backend_errors_are_stored_as_malformed_no_drift(tmp_path):
     be = FakeBackend(lambda r: Completion("", 0, 0, "error", 0.0, error="RuntimeError: slot died"))
     rows = J.judge_pairs(be, list(J.round_pairs("s", [trace])), {"gsm8k": {QUESTION.id: QUESTION}},
                          InterventionConfig(judge=True), 0, tmp_path / "v.jsonl")
-    assert all(r.malformed and not r.drifted and r.error for r in rows)
+    called = [r for r in rows if not r.skipped]
+    assert called and all(r.malformed and not r.drifted and r.error for r in called)
 
 
 def test_bad_inputs_name_the_file(tmp_path):
@@ -156,15 +207,18 @@ def test_corpus_directory_is_read(tmp_path):
 
 
 @pytest.mark.slow
-def test_real_smoke_model_judges_stored_rounds(tmp_path):
+@pytest.mark.parametrize("prompt, called", [("stepwise", [1, 2, 3]), ("verify-cot", [2, 3])])
+def test_real_smoke_model_judges_stored_rounds(tmp_path, prompt, called):
     """The command end to end with a real judge (SmolLM2-135M GGUF through llama.cpp): one verdict line per round
-    pair, real token counts, a report. The verdicts' quality is not asserted (a 135M judge)."""
+    pair, real token counts for the pairs that need a call, a report. The verdicts' quality is not asserted."""
     trace, _ = _debate()
     src = tmp_path / "mad.jsonl"
     write_jsonl([trace], src)
     out = tmp_path / "judge"
     (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "smoke", "--parallel", "3",
-                     "--n-ctx", "4096", "--prompt", "stepwise"])
+                     "--n-ctx", "4096", "--prompt", prompt])
     verdicts = J.read_verdicts(out / "verdicts.jsonl")
-    assert len(verdicts) == 3 and all(v.error is None and v.prompt_tokens > 200 and v.text for v in verdicts)
-    assert row["pairs"] == 3 and (out / "judge.md").exists()
+    assert sorted(v.round for v in verdicts) == [1, 2, 3]
+    assert sorted(v.round for v in verdicts if not v.skipped) == called
+    assert all(v.error is None and v.prompt_tokens > 200 and v.text for v in verdicts if not v.skipped)
+    assert row["pairs"] == 3 and row["calls"] == len(called) and (out / "judge.md").exists()

@@ -2,7 +2,9 @@
 
 - DRIFTJudge (seed 000): after each exchange round one judge call per debate sees the previous and the current
   round's solutions and answers "Verdict: DRIFT | NO DRIFT" with a reason. Unparsable output counts as no drift
-  and is marked `malformed`.
+  and is marked `malformed`. Under a prompt that `names_answer` ("verify") the judge instead names the answer it
+  finds correct, and FOCUS with that answer as the key decides drift; a round whose plurality did not change
+  cannot drift under any key, so it gets no call (recorded as `skipped`).
 - DRIFTPolicy (seed 000): on a flagged round a feedback call names the error types (seed 000's taxonomy) and
   writes advice; the advice is added to every debater's prompt of the NEXT round (RoundControl.guidance).
 - Regenerate (seed 000): a flagged round is dropped and run again once at a non-zero temperature
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from dear import metrics
+from dear import metrics, tasks
 from dear.debate.engine import T_MAX, Debate, DebateEngine, RoundControl
 from dear.seeds import derive_seed
 from dear.debate.prompts import render_answer
@@ -74,8 +76,8 @@ class InterventionConfig:
     agenda: bool = False  # needs moderator (its conflict ratings drive the stages)
     judge_final_round: bool = True  # judge the last round too (only detection; policy has no next round there)
     judge_temperature: float = 0.0
-    judge_prompt: str = "basic"  # a key of JUDGE_PROMPTS
-    judge_max_tokens: int = 160
+    judge_prompt: str = "verify-cot"  # a key of JUDGE_PROMPTS; the default is the best measured on the corpus
+    judge_max_tokens: int | None = None  # None = the prompt's own budget (JudgePrompt.max_tokens)
     policy_max_tokens: int = 200
     moderator_max_tokens: int = 160
     solution_chars: int = 600  # reasoning characters of each solution shown to the judge / moderator
@@ -102,12 +104,17 @@ class InterventionConfig:
                              f"got {self.judge_prompt!r}")
         if not 0.0 <= self.judge_temperature <= T_MAX:
             raise ValueError(f"InterventionConfig.judge_temperature must be in [0, {T_MAX}], got {self.judge_temperature}")
-        for name in ("judge_max_tokens", "policy_max_tokens", "moderator_max_tokens", "agenda_quiet_rounds",
+        for name in ("judge_tokens", "policy_max_tokens", "moderator_max_tokens", "agenda_quiet_rounds",
                      "agenda_max_stage_rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InterventionConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.solution_chars < 0:
             raise ValueError(f"InterventionConfig.solution_chars must be >= 0, got {self.solution_chars}")
+
+    @property
+    def judge_tokens(self) -> int:
+        """The judge's completion budget: `judge_max_tokens`, or the prompt's own."""
+        return self.judge_max_tokens or JUDGE_PROMPTS[self.judge_prompt].max_tokens
 
     @property
     def any(self) -> bool:
@@ -276,18 +283,38 @@ class AgendaState:
 
 # ---------------------------------------------------------------- prompts
 JUDGE_SYSTEM = "You are DRIFTJudge, a strict and concise reviewer of multi-agent discussions."
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    """One DRIFTJudge instruction (a format string over prev, cur, prev_answers, cur_answers) and its reply.
+
+    `names_answer`: the judge replies with the answer it finds correct (`\\boxed{}`), not a verdict; drift is
+    then FOCUS < 0 with that answer as the key (`judge_verdict`), and rounds whose plurality did not change
+    need no call (`needs_judge_call`).
+    """
+
+    template: str
+    max_tokens: int = 160
+    names_answer: bool = False
+
+
 # The judge's instruction, by name (InterventionConfig.judge_prompt). "basic" asks for the verdict first, in seed
 # 000's terms. "stepwise" lists both rounds' final answers, says what is not drift and asks for the comparison
 # before the verdict: a 1.5B judge under "basic" called 17 of 18 pilot rounds drift, 16 of them unchanged.
+# Measured on 48-71 corpus round pairs, neither discriminates (basic flags ~all, stepwise ~none;
+# results/judge-gsm8k-train). "verify" asks the judge to check the problem and name the correct answer, so it
+# only has to verify, which is what FOCUS measures; the 1.5B judge then names an answer in ~11 tokens without
+# checking. "verify-cot" asks for its own solution first.
 JUDGE_PROMPTS = {
-    "basic": (
+    "basic": JudgePrompt(
         "Problem drift means that a discussion moves away from solving its problem: the newer round's solutions "
         "are worse than the previous round's (a correct line of reasoning was abandoned, a well-supported answer "
         "was changed without a good reason, the agents went off topic or stopped following the task). "
         "Did the discussion drift from round {prev} to round {cur}?\n"
         "Reply in exactly this format:\nVerdict: DRIFT or NO DRIFT\nReason: <one sentence>"
     ),
-    "stepwise": (
+    "stepwise": JudgePrompt(
         "Final answers in round {prev}: {prev_answers}. Final answers in round {cur}: {cur_answers}.\n"
         "Problem drift means the newer round is a step backwards on this problem: an agent gave up a "
         "well-supported answer for a worse one, the reasoning became wrong or irrelevant, or an agent stopped "
@@ -295,6 +322,21 @@ JUDGE_PROMPTS = {
         "not drift. Most rounds do not drift.\n"
         "First compare the two rounds in one sentence, then decide whether round {cur} drifted.\n"
         "Reply in exactly this format:\nReason: <one sentence>\nVerdict: NO DRIFT or DRIFT"
+    ),
+    "verify": JudgePrompt(
+        "Final answers in round {prev}: {prev_answers}. Final answers in round {cur}: {cur_answers}.\n"
+        "The agents changed their answers, so at most one of these answers is right. Check the agents' "
+        "reasoning against the problem and work out briefly, step by step, which final answer is correct.\n"
+        "End with exactly this line:\nCorrect answer: \\boxed{{<the correct final answer>}}",
+        max_tokens=384, names_answer=True,
+    ),
+    "verify-cot": JudgePrompt(
+        "Final answers in round {prev}: {prev_answers}. Final answers in round {cur}: {cur_answers}.\n"
+        "The agents changed their answers, so at most one of these answers is right. Do not trust the agents: "
+        "solve the problem yourself, step by step, then say which final answer is correct.\n"
+        "Reply in exactly this format:\nCheck: <your own step-by-step solution>\n"
+        "Correct answer: \\boxed{{<the correct final answer>}}",
+        max_tokens=384, names_answer=True,
     ),
 }
 POLICY_SYSTEM = "You are a feedback agent that helps a multi-agent discussion stay on its problem."
@@ -332,7 +374,7 @@ def judge_messages(question: Question, prev: Sequence[AgentTurn], cur: Sequence[
                    prompt: str = "basic") -> list[ChatMessage]:
     """The judge's request for one round pair: the problem, both rounds' solutions, the named instruction."""
     r = cur[0].round
-    task = JUDGE_PROMPTS[prompt].format(
+    task = JUDGE_PROMPTS[prompt].template.format(
         prev=r - 1, cur=r, prev_answers=_answer_list(prev), cur_answers=_answer_list(cur))
     user = "\n\n".join([
         f"Problem:\n{render_question(question)}",
@@ -415,6 +457,38 @@ def round_outcome(turns: Sequence[AgentTurn]) -> dict[str, list]:
 def focus_drift(prev: dict[str, list], cur: dict[str, list]) -> bool:
     """The FOCUS drift label of a judged round pair, from two `round_outcome`s."""
     return metrics.focus_drift_label(prev["answers"], prev["correct"], cur["answers"], cur["correct"])
+
+
+def _plurality(turns: Sequence[AgentTurn]) -> set[str]:
+    return set(metrics.round_vote([t.answer_key for t in turns], [False] * len(turns)).leaders)
+
+
+def needs_judge_call(prompt: str, prev: Sequence[AgentTurn], cur: Sequence[AgentTurn]) -> bool:
+    """False when the judge's reply cannot matter: under an answer-naming prompt, a round pair whose plurality
+    did not change has equal FOCUS scores under any answer key, so it is "no drift" without a call."""
+    return not JUDGE_PROMPTS[prompt].names_answer or _plurality(prev) != _plurality(cur)
+
+
+SKIPPED_REASON = "plurality unchanged: no drift under any answer, no call"
+
+
+def judge_verdict(prompt: str, text: str, question: Question, prev: Sequence[AgentTurn],
+                  cur: Sequence[AgentTurn]) -> JudgeVerdict:
+    """The verdict of a judge completion under the named prompt. Verdict prompts: `parse_verdict`. Answer-naming
+    prompts: the judge's `\\boxed{}` answer is taken as correct and FOCUS decides; no boxed answer is malformed."""
+    if not JUDGE_PROMPTS[prompt].names_answer:
+        return parse_verdict(text)
+    answer = tasks.extract_answer(text or "", question.kind, question.choices, marked_only=True)
+    key = tasks.normalize_answer(answer, question.kind)
+    if key is None:
+        return JudgeVerdict(False, f"malformed verdict: no boxed answer in {(text or '')[:200]!r}", malformed=True)
+    prev_o, cur_o = round_outcome(prev), round_outcome(cur)
+    as_if = {name: {"answers": o["answers"], "correct": [k == key for k in o["answers"]]}
+             for name, o in (("prev", prev_o), ("cur", cur_o))}
+    drifted = focus_drift(as_if["prev"], as_if["cur"])
+    known = key in prev_o["answers"] or key in cur_o["answers"]
+    return JudgeVerdict(drifted, f"judge's answer {render_answer(answer)}"
+                        + ("" if known else " (no agent's)") + (": the plurality moved away from it" if drifted else ""))
 
 
 class InterventionProtocol:
@@ -517,19 +591,28 @@ class InterventionProtocol:
     def _judge_round(self, engine: DebateEngine, backend: Backend, debates: list[Debate],
                      states: dict[str, _DebateState]) -> None:
         cfg = self.config
-        todo = [d for d in debates if d.round >= 1 and (cfg.judge_final_round or not d.done)
-                and d.last_turns[0].attempt == 0]
+        judged = [d for d in debates if d.round >= 1 and (cfg.judge_final_round or not d.done)
+                  and d.last_turns[0].attempt == 0]
+        todo = [d for d in judged if needs_judge_call(cfg.judge_prompt, d.trace.rounds[-2], d.last_turns)]
         jobs = [(d, d.round, None, judge_messages(d.question, d.trace.rounds[-2], d.last_turns,
                                              cfg.solution_chars, cfg.judge_prompt))
                 for d in todo]
-        comps = self._call(engine, backend, "judge", jobs, cfg.judge_max_tokens, cfg.judge_temperature)
+        comps = dict(zip((d.debate_id for d in todo),
+                         self._call(engine, backend, "judge", jobs, cfg.judge_tokens, cfg.judge_temperature)))
         flagged = []
-        for d, c in zip(todo, comps):
-            v = parse_verdict(c.text) if c.error is None else JudgeVerdict(False, f"error: {c.error}", True)
+        for d in judged:
+            prev, cur = d.trace.rounds[-2], d.last_turns
+            c = comps.get(d.debate_id, Completion("", 0, 0, "skipped", 0.0))
+            if d.debate_id not in comps:
+                v = JudgeVerdict(False, SKIPPED_REASON)
+            elif c.error is not None:
+                v = JudgeVerdict(False, f"error: {c.error}", True)
+            else:
+                v = judge_verdict(cfg.judge_prompt, c.text, d.question, prev, cur)
             d.trace.add_extra_call(ExtraCall(
                 "judge", d.round, c.prompt_tokens, c.completion_tokens, c.text or "",
                 {"drifted": v.drifted, "malformed": v.malformed, "reason": v.reason,
-                 "prev": round_outcome(d.trace.rounds[-2]), "cur": round_outcome(d.last_turns)},
+                 "skipped": d.debate_id not in comps, "prev": round_outcome(prev), "cur": round_outcome(cur)},
                 error=c.error))
             if v.drifted:
                 flagged.append((d, v))
@@ -606,7 +689,8 @@ class InterventionSummary:
     calls: dict[str, int]  # extra calls by kind ("regenerate" = discarded debater rounds)
     tokens: dict[str, int]  # their prompt + completion tokens by kind
     debater_tokens: int  # kept debater turns
-    judge_verdicts: int = 0
+    judge_verdicts: int = 0  # judged round pairs, skipped ones (no call needed) included
+    judge_skipped: int = 0
     judge_flagged: int = 0
     judge_malformed: int = 0
     policy_advice: int = 0
@@ -637,7 +721,7 @@ class InterventionSummary:
                                "extra_tokens": self.extra_tokens, "overhead": self.overhead}
         for k in sorted(self.calls):
             row[f"{k}_calls"], row[f"{k}_tokens"] = self.calls[k], self.tokens.get(k, 0)
-        row.update(judge_verdicts=self.judge_verdicts, judge_flagged=self.judge_flagged,
+        row.update(judge_verdicts=self.judge_verdicts, judge_skipped=self.judge_skipped, judge_flagged=self.judge_flagged,
                    judge_malformed=self.judge_malformed, policy_advice=self.policy_advice,
                    policy_malformed=self.policy_malformed, regenerated_rounds=self.regenerated_rounds,
                    moderator_rated=self.moderator_rated, moderator_malformed=self.moderator_malformed,
@@ -660,11 +744,14 @@ def summarize_interventions(traces: Sequence[DebateTrace]) -> InterventionSummar
             if c.kind == "agenda":
                 stages[c.result.get("stage", "?")] += 1
                 continue
-            calls[c.kind] += 1
-            tokens[c.kind] += c.prompt_tokens + c.completion_tokens
+            skipped = bool(c.result.get("skipped"))
+            if not skipped:
+                calls[c.kind] += 1
+                tokens[c.kind] += c.prompt_tokens + c.completion_tokens
             malformed = bool(c.result.get("malformed"))
             if c.kind == "judge":
                 s.judge_verdicts += 1
+                s.judge_skipped += int(skipped)
                 s.judge_flagged += int(bool(c.result.get("drifted")))
                 s.judge_malformed += int(malformed)
             elif c.kind == "policy":
