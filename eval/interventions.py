@@ -191,6 +191,26 @@ def method_row(benchmark: str, method: str, traces: Sequence[DebateTrace], seed:
     return row
 
 
+def base_method(method: str) -> str:
+    """The debate method an intervention method wraps (`mad+judge+policy` -> `mad`); a plain method is its own."""
+    return method.split("+")[0]
+
+
+def paired_to_base(rows: list[dict[str, Any]], loaded: dict[str, list[DebateTrace]], seed: int = 0,
+                   n_boot: int = 2000) -> None:
+    """Add each intervention method's accuracy difference to its base method (paired bootstrap over the common
+    questions, 95 % CI) as `diff_to_base*` keys, when the base method is in the report."""
+    correct = {m: {t.question_id: float(bool(t.final_correct)) for t in ts} for m, ts in loaded.items()}
+    for row in rows:
+        base = base_method(row["method"])
+        if base == row["method"] or base not in correct:
+            continue
+        common = sorted(set(correct[row["method"]]) & set(correct[base]))
+        d = metrics.paired_bootstrap_diff([correct[row["method"]][q] for q in common],
+                                          [correct[base][q] for q in common], seed=seed, n_boot=n_boot)
+        row.update(diff_to_base=d.mean, diff_to_base_low=d.low, diff_to_base_high=d.high, base_method=base)
+
+
 def _fmt(x: Any, pct: bool = False) -> str:
     if isinstance(x, float):
         if math.isnan(x):
@@ -202,29 +222,37 @@ def _fmt(x: Any, pct: bool = False) -> str:
 def markdown(rows: Sequence[dict[str, Any]], command: str, synthetic: bool) -> str:
     title = "# Interventions" + (" (SYNTHETIC: sim backend)" if synthetic else "")
     lines = [title, "", f"Command: `{command}`", "",
-             "| benchmark | method | n | accuracy [95% CI] | debater tok/q | extra tok/q (overhead) | drifted | "
-             "recovered | judge TP/FP/TN/FN | precision | recall | specificity | judge acc | malformed verdicts | "
-             "moderator rejection | rounds per stage |",
-             "|" + "---|" * 16]
+             "| benchmark | method | n | accuracy [95% CI] | − base, paired [95% CI] | debater tok/q | "
+             "extra tok/q (overhead) | drifted | recovered | judge calls / rounds judged | judge TP/FP/TN/FN | "
+             "precision | recall | specificity | judge acc | malformed verdicts | moderator rejection | "
+             "rounds per stage |",
+             "|" + "---|" * 18]
     for r in rows:
         judge = (f"{r['judge_tp']}/{r['judge_fp']}/{r['judge_tn']}/{r['judge_fn']}" if "judge_tp" in r else "-")
         stages = ", ".join(f"{k[len('rounds_'):]}={v}" for k, v in r.items() if k.startswith("rounds_") and v)
         rej = (f"{_fmt(r['rejection_rate'], True)} ({r['moderator_ignore']} ignored, {r['moderator_demote']} "
                f"demoted of {r['moderator_rated']}; {r['moderator_malformed']} malformed)"
                if r["moderator_rated"] else "-")
+        diff = (f"{100 * r['diff_to_base']:+.1f} [{100 * r['diff_to_base_low']:+.1f}, "
+                f"{100 * r['diff_to_base_high']:+.1f}] (vs {r['base_method']})" if "diff_to_base" in r else "-")
+        calls = (f"{r['judge_verdicts'] - r['judge_skipped']} / {r['judge_verdicts']}" if r["judge_verdicts"]
+                 else "-")
         lines.append(" | ".join([
             f"| {r['benchmark']}", r["method"], str(r["n"]),
-            f"{_fmt(r['accuracy'], True)} [{_fmt(r['acc_ci_low'], True)}, {_fmt(r['acc_ci_high'], True)}]",
+            f"{_fmt(r['accuracy'], True)} [{_fmt(r['acc_ci_low'], True)}, {_fmt(r['acc_ci_high'], True)}]", diff,
             f"{r['debater_tokens_per_q']:,.0f}", f"{r['extra_tokens_per_q']:,.0f} ({_fmt(r['extra_overhead'], True)})",
             f"{_fmt(r['drifted_pct'] / 100, True)} ({r['drifted_num']}/{r['drifted_den']})",
-            f"{_fmt(r['recovered_pct'] / 100, True)} ({r['recovered_num']})", judge,
+            f"{_fmt(r['recovered_pct'] / 100, True)} ({r['recovered_num']})", calls, judge,
             _fmt(r.get("judge_precision", math.nan)), _fmt(r.get("judge_recall", math.nan)),
             _fmt(r.get("judge_specificity", math.nan)), _fmt(r.get("judge_accuracy", math.nan)),
             f"{r['judge_malformed']}/{r['judge_verdicts']}" if r["judge_verdicts"] else "-", rej, stages or "-",
         ]) + " |")
     lines += ["", "Debater tokens = the kept debater turns; extra tokens = judge, feedback and moderator calls plus "
               "regenerated (discarded) debater rounds. Judge labels: FOCUS < 0 between the two judged rounds "
-              "(group plurality score, dear/metrics.py). Malformed verdicts count as 'no drift'."]
+              "(group plurality score, dear/metrics.py). Malformed verdicts count as 'no drift'. An answer-naming "
+              "judge prompt (the default, verify-cot) makes no call on a round whose plurality held (no drift under "
+              "any answer), hence fewer judge calls than rounds judged. − base: accuracy minus the wrapped method's "
+              "(MAD or DEAR) on the same questions, paired bootstrap (2,000 resamples, seed 0)."]
     return "\n".join(lines) + "\n"
 
 
@@ -241,8 +269,10 @@ def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str
     common = set.intersection(*({t.question_id for t in ts} for ts in loaded.values()))
     if not common:
         raise ValueError(f"{out}: the methods {list(methods)} share no finished question")
-    rows = [method_row(benchmark, m, sorted((t for t in ts if t.question_id in common), key=lambda t: t.question_id))
-            for m, ts in loaded.items()]
+    loaded = {m: sorted((t for t in ts if t.question_id in common), key=lambda t: t.question_id)
+              for m, ts in loaded.items()}
+    rows = [method_row(benchmark, m, ts) for m, ts in loaded.items()]
+    paired_to_base(rows, loaded)
     synthetic = any(mid.startswith("sim") for ts in loaded.values() for t in ts for mid in t.model_ids)
     (out / "interventions.md").write_text(markdown(rows, command, synthetic), encoding="utf-8")
     keys = list(dict.fromkeys(k for r in rows for k in r))

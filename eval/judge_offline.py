@@ -1,12 +1,12 @@
 """DRIFTJudge on stored debates: a verdict on every (round r-1, round r) pair of finished traces, scored against
 the FOCUS drift labels.
 
-    python -m eval.judge_offline --traces results/corpus-gsm8k --llm local --prompt stepwise \\
+    python -m eval.judge_offline --traces results/corpus-gsm8k --llm local --prompt verify-cot \\
         --out results/judge-gsm8k-train
 
 Inside a debate the judge only sees the rounds it is asked about, so judging stored rounds measures the same
 detector without running the debates again: a round pair costs one judge call (~1,100 prompt tokens) instead of a
-whole debate. The request is the one `InterventionProtocol` sends (`judge_messages`, same sampling and seed
+whole debate, and none under an answer-naming prompt (verify, verify-cot) when the plurality did not change. The request is the one `InterventionProtocol` sends (`judge_messages`, same sampling and seed
 derivation), so a prompt chosen here behaves the same in `mad+judge+...` runs. Compare prompts on training-split
 debates (the corpus) and confirm the chosen one once on test-split traces.
 

@@ -142,12 +142,29 @@ def test_report_from_results_dir(tmp_path):
     mod = by["mad+moderator"]
     assert mod["moderator_ignore"] == 3 and math.isclose(mod["rejection_rate"], 3 / 18)
     assert mod["rounds_problem_definition"] == 6  # 3 debates x 2 exchange rounds, max 2 rounds per stage
+    assert reg["base_method"] == "mad" and reg["diff_to_base"] == 0.0 and "diff_to_base" not in by["mad"]
     md = (out / "interventions.md").read_text()
     assert "3/0/3/0" in md and "Command: `cmd`" in md and "SYNTHETIC" not in md
+    assert "+0.0 [+0.0, +0.0] (vs mad)" in md and "| 6 / 6 |" in md
     with (out / "interventions.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 3
     with pytest.raises(FileNotFoundError, match="mad\\+judge\\+policy"):
         IV.report(out, "gsm8k", ["mad+judge+policy"])
+
+
+def test_paired_difference_to_the_base_method():
+    from types import SimpleNamespace as NS
+
+    def traces(correct):
+        return [NS(question_id=f"q{i}", final_correct=c) for i, c in enumerate(correct)]
+
+    rows = [{"method": "mad"}, {"method": "mad+judge+policy"}, {"method": "dear+judge+policy"}]
+    IV.paired_to_base(rows, {"mad": traces([1, 1, 0, 0]), "mad+judge+policy": traces([1, 1, 1, 0]),
+                             "dear+judge+policy": traces([1, 0, 0, 0])}, n_boot=500)
+    assert "diff_to_base" not in rows[0] and "diff_to_base" not in rows[2]  # dear is not in the report
+    r = rows[1]
+    assert r["base_method"] == "mad" and r["diff_to_base"] == 0.25
+    assert r["diff_to_base_low"] == 0.0 and 0.25 <= r["diff_to_base_high"] <= 0.75
 
 
 def test_cli_bad_method_exits_with_message(tmp_path, capsys):
