@@ -143,6 +143,32 @@ def test_close_cancels_the_requests_inside_llama_cpp():
     assert time.perf_counter() - started < 10
 
 
+@pytest.mark.timeout(180)
+def test_close_reaches_a_slot_still_reading_its_prompt(monkeypatch):
+    """llama.cpp streams prompt-progress chunks, so the callback that cancels runs while a slot reads its prompt
+    and close() does not wait for the whole prompt to be read first (timings: bench/bench_stop.py)."""
+    pytest.importorskip("xllamacpp")
+    before_first_token = threading.Event()
+    on_chunk = _StreamedChat.on_chunk
+
+    def spy(self, chunk):
+        if isinstance(chunk, dict) and "prompt_progress" in chunk and not self._parts:
+            before_first_token.set()
+        return on_chunk(self, chunk)
+
+    monkeypatch.setattr(_StreamedChat, "on_chunk", spy)
+    backend = make_backend("smoke", n_parallel=1, n_ctx=4096, n_threads=THREADS, n_batch=64)
+    words = " ".join(f"item{i} apple" for i in range(800))
+    request = ChatRequest((ChatMessage("user", f"{words} Summarise the list."),), temperature=0.0, max_tokens=8)
+    out: list = []
+    worker = threading.Thread(target=lambda: out.extend(backend.generate([request])))
+    worker.start()
+    assert before_first_token.wait(60), "no prompt-progress chunk before the first token"
+    backend.close()
+    worker.join(timeout=60)
+    assert not worker.is_alive() and [c.error for c in out] == [CANCELLED]
+
+
 @pytest.mark.timeout(120)
 def test_build_and_close_at_once_does_not_hang():
     """Regression: ~Server could hang joining its HTTP thread when destroyed right after construction."""

@@ -296,6 +296,8 @@ class LocalLlamaBackend(Backend):
             sampled one), so answers keep their distribution; only the speed changes. None = off.
         draft_max: at most this many draft tokens per step (`--draft-max`).
         ngram_size: (n, m) for the ngram-* types: look up the last n tokens, draft the m that followed them.
+        progress_chunks: stream llama.cpp's prompt-progress reports too, so that `close()` can cancel a slot that
+            is still reading its prompt (False: only at its first token; bench/bench_stop.py compares the two).
     """
 
     def __init__(
@@ -313,6 +315,7 @@ class LocalLlamaBackend(Backend):
         speculative: str | None = None,
         draft_max: int = 16,
         ngram_size: tuple[int, int] | None = None,
+        progress_chunks: bool = True,
     ):
         path = Path(model_path)
         if not path.is_file():
@@ -370,6 +373,7 @@ class LocalLlamaBackend(Backend):
         self.server_timings = ServerTimings()
         self._cache_prompt = cache_prompt
         self._extra = dict(DEFAULT_EXTRA_SAMPLING if extra_sampling is None else extra_sampling)
+        self._progress_chunks = progress_chunks
         # Two submitters per slot keep the server's queue primed when a slot finishes early.
         self._pool = ThreadPoolExecutor(max_workers=2 * n_parallel, thread_name_prefix="llamacpp")
         self._slots = SlotAffinity(n_parallel)
@@ -418,6 +422,9 @@ class LocalLlamaBackend(Backend):
         # the server cancels the task. The text and usage are gathered back into one response.
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+        # Progress chunks while the prompt is read give the callback a say then too: without them a stop waits
+        # for every slot to finish reading its prompt (bench/bench_stop.py).
+        body["return_progress"] = self._progress_chunks
         stream = _StreamedChat(self._closing)
         slot = self._slots.acquire(request.session) if self._cache_prompt else None
         if slot is not None:
@@ -455,8 +462,8 @@ class LocalLlamaBackend(Backend):
         return len(response.json()["tokens"])
 
     def close(self) -> None:
-        """Stop: queued requests are dropped, those inside llama.cpp are cancelled at their next streamed token
-        (a slot still reading its prompt finishes that first), and each returns an error Completion."""
+        """Stop: queued requests are dropped, those inside llama.cpp are cancelled at their next streamed chunk
+        (a token, or a prompt-progress report while a slot reads its prompt), and each returns an error Completion."""
         self._closing.set()
         with self._in_flight_lock:
             in_flight = self._in_flight
