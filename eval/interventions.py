@@ -63,7 +63,7 @@ def is_intervention_method(name: str) -> bool:
 def parse_intervention_method(name: str, **overrides: Any) -> tuple[M.MethodSpec, InterventionConfig]:
     """`mad+judge+policy` -> (the base method's spec, the intervention config). `overrides` set other
     InterventionConfig fields (thresholds, token limits). Unknown parts get an error naming them."""
-    base, *parts = [p.strip() for p in name.split("+")]
+    base, parts = base_method(name), [p.strip() for p in name.split("+")[1:]]
     if not parts or not all(parts):
         raise ValueError(f"method {name!r}: expected <base>+<intervention>[+...], e.g. {', '.join(EXAMPLES)}")
     spec = M.METHODS.get(base)
@@ -193,7 +193,7 @@ def method_row(benchmark: str, method: str, traces: Sequence[DebateTrace], seed:
 
 def base_method(method: str) -> str:
     """The debate method an intervention method wraps (`mad+judge+policy` -> `mad`); a plain method is its own."""
-    return method.split("+")[0]
+    return method.split("+")[0].strip()
 
 
 def paired_to_base(rows: list[dict[str, Any]], loaded: dict[str, list[DebateTrace]], seed: int = 0,

@@ -155,13 +155,14 @@ def judge_pairs(backend: Backend, pairs: Sequence[RoundPair], questions: dict[st
     """Judge `pairs` in batches of `batch` requests, appending each batch's verdicts to `out` as it returns.
     Pairs the prompt needs no call for (`needs_judge_call`) are recorded at once as skipped."""
     prompt = config.judge_prompt
-    skipped = [p for p in pairs if not needs_judge_call(prompt, p.prev, p.cur)]
+    needs_call = [needs_judge_call(prompt, p.prev, p.cur) for p in pairs]
+    skipped = [p for p, call in zip(pairs, needs_call) if not call]
     rows = [StoredVerdict(key=p.key, prompt=prompt, question_id=p.trace.question_id, round=p.round, drifted=False,
                           malformed=False, focus_drift=p.focus_drift(), reason=SKIPPED_REASON, text="",
                           prompt_tokens=0, completion_tokens=0, selected=selected, skipped=True) for p in skipped]
     _append(out, rows)
     done = list(rows)
-    called = [p for p in pairs if needs_judge_call(prompt, p.prev, p.cur)]
+    called = [p for p, call in zip(pairs, needs_call) if call]
     for start in range(0, len(called), batch):
         chunk = called[start:start + batch]
         asked = [questions[p.trace.task][p.trace.question_id] for p in chunk]

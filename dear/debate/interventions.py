@@ -43,6 +43,7 @@ from dear.debate.prompts import render_answer
 from dear.debate.trace import AgentTurn, DebateTrace, ExtraCall
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
 from dear.tasks import Question, render_question
+from dear.vote import tally
 
 log = logging.getLogger(__name__)
 
@@ -460,7 +461,7 @@ def focus_drift(prev: dict[str, list], cur: dict[str, list]) -> bool:
 
 
 def _plurality(turns: Sequence[AgentTurn]) -> set[str]:
-    return set(metrics.round_vote([t.answer_key for t in turns], [False] * len(turns)).leaders)
+    return set(tally([t.answer_key for t in turns]).leaders)
 
 
 def needs_judge_call(prompt: str, prev: Sequence[AgentTurn], cur: Sequence[AgentTurn]) -> bool:
