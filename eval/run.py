@@ -242,8 +242,11 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
         if missing and not report_only:
             raise ValueError(f"{path} predates the settings {missing} (an older eval.run wrote it, without a "
                              f"stored round 0); rebuild its report with --report-only or use a fresh --out")
-        # A re-render may name the same policy at another path (a moved or copied directory); its sha256 counts.
-        compared = [k for k in _FIXED_SETTINGS if k in old and not (report_only and k == "checkpoint")]
+        # The weights' sha256 names the policy: the same policy at another path (a checkout elsewhere, a copied
+        # directory) resumes; the path counts only where run.json has no hash to compare.
+        hashed = bool(old.get("checkpoint_sha256") and current["checkpoint_sha256"])
+        compared = [k for k in _FIXED_SETTINGS
+                    if k in old and not (k == "checkpoint" and (report_only or hashed))]
         if settings.checkpoint is None:  # baselines only: the stored policy stays the directory's policy
             compared = [k for k in compared if k not in _POLICY_SETTINGS]
         diff = {k: (old.get(k), current[k]) for k in compared if old.get(k) != current[k]}

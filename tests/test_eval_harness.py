@@ -288,6 +288,17 @@ def test_settings_guard_covers_backend_options_checkpoint_hash_and_modes(tmp_pat
         eval_run.main(args(out, methods="mad,dear", n=2, ckpt=run), backend=SimBackend())
 
 
+def test_the_same_policy_at_another_path_resumes(tmp_path):
+    """A checkout elsewhere names the same weights at another absolute path: the sha256, not the path, decides."""
+    out = tmp_path / "res"
+    run = make_train_checkpoint(tmp_path / "run")
+    eval_run.main(args(out, methods="mad,dear", n=2, ckpt=run), backend=SimBackend())
+    moved = Path(shutil.copytree(run, tmp_path / "elsewhere" / "run"))
+    eval_run.main(args(out, methods="mad,dear", n=3, ckpt=moved), backend=SimBackend())
+    dear_traces = (out / "traces" / "synthetic" / "dear.jsonl").read_text().splitlines()
+    assert len({json.loads(x)["question_id"] for x in dear_traces}) == 3
+
+
 def test_layout_flag_reaches_the_engine_and_the_settings_guard(tmp_path):
     out = tmp_path / "res"
     eval_run.main(args(out, "--layout", "multiturn", methods="mad", n=2), backend=SimBackend())
