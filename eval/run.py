@@ -611,9 +611,11 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     if not benchmarks:
         raise ValueError("--benchmarks is empty")
     known = tasks.task_names()
+    benchmarks = [tasks.TASK_ALIASES.get(b, b) for b in benchmarks]  # `gpqa` = `gpqa_diamond`, as the README says
     unknown = [b for b in benchmarks if b not in known]
     if unknown:
-        raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)}")
+        aliases = ", ".join(f"{a} = {t}" for a, t in tasks.TASK_ALIASES.items())
+        raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)} (aliases: {aliases})")
     if a.n < 0:
         raise ValueError(f"--n must be >= 0, got {a.n}")
     if a.batch < 1:

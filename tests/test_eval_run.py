@@ -11,7 +11,7 @@ import torch
 
 from dear.policy import JointPolicy, PolicyConfig
 from eval import run as eval_run
-from eval.methods import METHODS
+from eval.methods import METHODS, parse_methods
 
 ALL = ",".join(METHODS)
 
@@ -159,6 +159,12 @@ def test_baselines_extend_a_directory_evaluated_with_a_policy(tmp_path, ckpt):
     other = make_train_checkpoint(tmp_path / "other", temperature_range=(0.2, 1.0))
     with pytest.raises(ValueError, match="different settings.*checkpoint"):
         eval_run.main(_args(out, other, methods="dear", n=2))
+
+
+def test_benchmark_aliases_resolve_to_task_names():
+    a = eval_run.parse_args(["--benchmarks", "gpqa,math", "--methods", "cot", "--llm", "sim"])
+    settings = eval_run.settings_from_args(a, None, parse_methods("cot"))
+    assert settings.benchmarks == ["gpqa_diamond", "math500"]
 
 
 def test_bad_inputs(tmp_path, ckpt, capsys):
