@@ -4,8 +4,9 @@ each with the token limit its benchmark needs).
     python -m eval.combine --out results/eval-real \\
         results/eval-gsm8k-n60-v2 results/eval-math500-n30 results/eval-gpqa-n30
 
-Each directory is re-reported from its traces exactly as `python -m eval.run ... --report-only` does (its last
-recorded command, so the same methods and questions), and the results are written side by side:
+Each directory's results are read from its traces as `python -m eval.run ... --report-only` reads them (its last
+recorded command, so the same methods and questions), without rewriting anything there (a run may still be
+writing it), and the results are written side by side into ``--out``:
 ``summary.md`` (every table of `eval.run`'s report, one column or section per benchmark), ``summary.csv``, the
 plots, and ``sources.json`` (each directory with its command, so every number traces back to one).
 
@@ -57,9 +58,8 @@ def read_source(path: Path) -> Source:
 
 
 def report_source(source: Source) -> list[report.MethodResult]:
-    """The directory's results, re-reported from its traces (no model is loaded)."""
-    argv = [a for a in source.argv if a != "--no-progress"] + ["--report-only", "--out", str(source.path)]
-    return eval_run.main(argv)
+    """The directory's results, read from its traces (no model is loaded; nothing there is rewritten)."""
+    return eval_run.read_results(source.argv + ["--out", str(source.path)])
 
 
 def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000) -> list[report.MethodResult]:

@@ -261,6 +261,17 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
 
 
 # ---------------------------------------------------------------- the runner
+@dataclass
+class Collected:
+    """A results directory's report inputs: each method's results, the debates still failed per
+    (benchmark, method), the model ids in the traces, and the benchmarks whose round 0 was not stored."""
+
+    results: list[report.MethodResult]
+    failures: dict[tuple[str, str], list[tuple[str, str]]]
+    model_ids: set[str]
+    legacy: list[str]
+
+
 class Evaluator:
     def __init__(self, settings: EvalSettings, specs: list[M.MethodSpec], ckpt: M.Checkpoint | None,
                  backend: Backend | None = None):
@@ -463,9 +474,10 @@ class Evaluator:
             return spec.label
         return f"{spec.label} ({self.s.policy_world or self.ckpt.world})"
 
-    def report(self, command: str) -> list[report.MethodResult]:
-        """Summary, CSV and plots over the questions every method finished. Raises when a method's round 0
-        differs from the stored one (the sharing every comparison relies on)."""
+    def collect(self) -> Collected:
+        """Every method's results over the questions every method finished, read from the traces; writes
+        nothing. Raises when a method's round 0 differs from the stored one (the sharing every comparison
+        relies on)."""
         results = []
         model_ids: set[str] = set()
         failures: dict[tuple[str, str], list[tuple[str, str]]] = {}
@@ -504,6 +516,12 @@ class Evaluator:
             if items:
                 log.warning("%s/%s: %d failed debates remain (listed in summary.md; rerun the command to retry)",
                             b, m, len(items))
+        return Collected(results, failures, model_ids, legacy)
+
+    def report(self, command: str) -> list[report.MethodResult]:
+        """Summary, CSV and plots of `collect`'s results, written into the results directory."""
+        collected = self.collect()
+        results, failures, model_ids = collected.results, collected.failures, collected.model_ids
         out = Path(self.s.out)
         run_json = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         synthetic = bool(self.synthetic if self.synthetic is not None else run_json.get("synthetic", False))
@@ -533,7 +551,7 @@ class Evaluator:
             "failures": failures,
             "labels": {ROUND0: "round 0 (shared)", **{spec.name: self.label(spec) for spec in self.specs}},
             "generation_s": generation if timings else {},
-            "notes": [self._sharing_note(legacy)] + [
+            "notes": [self._sharing_note(collected.legacy)] + [
                 f"Random-mask control on {b}: each pair read with probability {', '.join(f'{p:.3f}' for p in d)} "
                 f"in exchange rounds 1..{len(d)} (DEAR's realized read density there, drawn independently; the "
                 f"realized densities are in the read-density table)"
@@ -610,12 +628,10 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     benchmarks = [b.strip() for b in a.benchmarks.split(",") if b.strip()]
     if not benchmarks:
         raise ValueError("--benchmarks is empty")
-    known = tasks.task_names()
     benchmarks = [tasks.TASK_ALIASES.get(b, b) for b in benchmarks]  # `gpqa` = `gpqa_diamond`, as the README says
-    unknown = [b for b in benchmarks if b not in known]
+    unknown = [b for b in benchmarks if b not in tasks.task_names()]
     if unknown:
-        aliases = ", ".join(f"{a} = {t}" for a, t in tasks.TASK_ALIASES.items())
-        raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)} (aliases: {aliases})")
+        raise ValueError(f"unknown benchmark(s) {unknown}; {tasks.known_tasks_hint()}")
     if a.n < 0:
         raise ValueError(f"--n must be >= 0, got {a.n}")
     if a.batch < 1:
@@ -661,22 +677,38 @@ def _directory_checkpoint(out: str | None) -> str | None:
     return stored
 
 
+def _policy_of(a: argparse.Namespace, specs: list[M.MethodSpec]) -> M.Checkpoint | None:
+    """The checkpoint the DEAR methods run (or that names the directory's DEAR rows); None without one."""
+    if not a.checkpoint:  # a directory evaluated with a policy keeps it: resuming needs no --checkpoint
+        a.checkpoint = _directory_checkpoint(a.out)
+    if any(s.needs_checkpoint for s in specs) and not a.checkpoint:
+        need = [s.name for s in specs if s.needs_checkpoint]
+        raise ValueError(f"methods {need} need --checkpoint (a training run dir or an exported policy)")
+    return M.load_checkpoint(a.checkpoint) if a.checkpoint else None
+
+
+def read_results(argv: Sequence[str]) -> list[report.MethodResult]:
+    """The results of the `eval.run` directory that these arguments name, read from its traces without writing
+    anything there (eval.combine reads directories another run may still be writing)."""
+    a = parse_args(list(argv))
+    specs = M.parse_methods(a.methods)
+    ckpt = _policy_of(a, specs)
+    settings = settings_from_args(a, ckpt, specs)
+    _check_settings(Path(settings.out), settings, report_only=True)
+    ev = Evaluator(settings, specs, ckpt)
+    try:
+        return ev.collect().results
+    finally:
+        ev.close()
+
+
 def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> list[report.MethodResult]:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per loopback request is noise
     a = parse_args(argv)
     specs = M.parse_methods(a.methods)
-    ckpt = None
-    if not a.checkpoint:  # a directory evaluated with a policy keeps it: resuming needs no --checkpoint
-        a.checkpoint = _directory_checkpoint(a.out)
-    if any(s.needs_checkpoint for s in specs):
-        if not a.checkpoint:
-            need = [s.name for s in specs if s.needs_checkpoint]
-            raise ValueError(f"methods {need} need --checkpoint (a training run dir or an exported policy)")
-        ckpt = M.load_checkpoint(a.checkpoint)
-    elif a.checkpoint:  # no DEAR method runs, but the policy names the directory's DEAR rows in the report
-        ckpt = M.load_checkpoint(a.checkpoint)
+    ckpt = _policy_of(a, specs)
     settings = settings_from_args(a, ckpt, specs)
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,18 @@ def test_one_directory_is_re_reported_from_its_traces(directory, tmp_path):
     assert (tmp_path / "all" / "accuracy_vs_tokens.png").exists()
 
 
+def test_the_source_directories_are_not_rewritten(directory, tmp_path):
+    """A run may still be writing a source directory: combining reads it and changes no byte there."""
+    def state():  # a rewrite with equal bytes (same minute in the report's date) still moves the mtime
+        return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in directory.rglob("*") if p.is_file()}
+
+    before = state()
+    combine.main([str(directory), "--out", str(tmp_path / "all"), "--n-boot", "100"])
+    after = state()
+    assert after.keys() == before.keys()
+    assert [p.name for p in before if after[p] != before[p]] == []
+
+
 def test_benchmarks_of_several_directories_sit_side_by_side(directory, tmp_path, monkeypatch):
     """A second directory stands in for another benchmark: its results are renamed (the sim backend answers
     only synthetic questions); the combination itself is the real code."""

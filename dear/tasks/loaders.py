@@ -433,12 +433,17 @@ def task_names() -> list[str]:
     return list(TASKS)
 
 
+def known_tasks_hint() -> str:
+    """The registered tasks and their aliases, as error messages list them."""
+    aliases = ", ".join(f"{a} = {t}" for a, t in TASK_ALIASES.items())
+    return f"known tasks: {', '.join(TASKS)} (aliases: {aliases})"
+
+
 def canonical_task(name: str) -> str:
     """The registered name of a task or of one of its aliases (TASK_ALIASES)."""
     name = TASK_ALIASES.get(name, name)
     if name not in TASKS:
-        aliases = ", ".join(f"{a} = {t}" for a, t in TASK_ALIASES.items())
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)} (aliases: {aliases})")
+        raise ValueError(f"unknown task {name!r}; {known_tasks_hint()}")
     return name
 
 
