@@ -2,7 +2,7 @@
 each with the token limit its benchmark needs).
 
     python -m eval.combine --out results/eval-real \\
-        results/eval-gsm8k-n60-v2 results/eval-math500-n30 results/eval-gpqa-n30
+        results/eval-gsm8k-n60-v2 results/eval-math500-n30-t2048 results/eval-gpqa-n30
 
 Each directory's results are read from its traces as `python -m eval.run ... --report-only` reads them (its last
 recorded command, so the same methods and questions), without rewriting anything there (a run may still be
