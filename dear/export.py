@@ -148,11 +148,15 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
         "action": {
             "pair_order": [list(p) for p in pair_order(v)],
             "pairs_meaning": "pairs[k] = 1 for pair_order[k] = (i, j): agent i reads agent j's previous answer",
-            "behavior": "raw (V, 2) pre-sigmoid (z_T, z_P) per agent, clipped to +-raw_bound",
+            "behavior": "raw (V, 2) (z_T, z_P) per agent, clipped to +-raw_bound",
             "raw_bound": RAW_BOUND,
             "temperature_range": list(cfg.temperature_range),
             "top_p_range": list(cfg.top_p_range),
-            "mapping": "T = T_min + (T_max - T_min) * sigmoid(z_T); top_p = P_min + (P_max - P_min) * sigmoid(z_P)",
+            "behavior_map": cfg.behavior_map,
+            "mapping": ("T = T_min + (T_max - T_min) * g(z_T); top_p = P_min + (P_max - P_min) * g(z_P); g = sigmoid"
+                        if cfg.behavior_map == "sigmoid" else
+                        "T = T_min + (T_max - T_min) * g(z_T); top_p = P_min + (P_max - P_min) * g(z_P); "
+                        "g(z) = clip((z + 1) / 2, 0, 1)"),
         },
         "training": dict(training or {}),
     }
@@ -290,6 +294,8 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             log_std_init=_run_setting(pol, "log_std_init", "init_log_std", -0.5), temperature_range=tuple(env["temperature_range"]),
             top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
             fixed_top_p=pol.get("fixed_top_p", 0.9),
+            behavior_map=pol.get("behavior_map", "sigmoid"),  # runs from before the key: the paper's sigmoid
+            selection_bias_init=pol.get("selection_bias_init", 0.0),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"{ckpt / 'config.yaml'}: bad env/policy section: {type(e).__name__}: {e}") from None

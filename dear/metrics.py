@@ -1,19 +1,20 @@
 """Debate metrics on plain per-debate arrays (DESIGN §8). Floor 1: no project imports.
 
-A debate is described by `ScoredDebate`: the normalised answer key and the correctness of every agent in every
-round (`answers[r][i]`, `correct[r][i]`), the final (plurality, seeded tie-break) correctness and the tokens.
-Single-call methods (single CoT, self-consistency) are records with one round.
+A debate is described by `ScoredDebate`: the answer key and the correctness of every agent in every round
+(`answers[r][i]`, `correct[r][i]`), the final vote's score and the tokens. Keys are class representatives
+(equivalent answers share one key: `dear.tasks.equivalence`). Single-call methods (single CoT,
+self-consistency) are records with one round.
 
 Conventions (the edge cases, stated once):
 - No answer: an agent whose answer could not be parsed has key None. None never votes and is never the
   plurality; it counts as incorrect in accuracy and transitions; it has 0 agreeing peers; it is not "in the
   minority" and is left out of HCR/BCR (it holds no position that could conform or be corrected).
 - Agreement: agent i's agreeing peers are the other agents with the same non-None key in the same round.
-- Per-round group answer: the plurality key(s) of that round. With a tie between several leaders the round's
-  score is the fraction of tied leaders that are correct, i.e. the expected correctness of a uniform random
-  tie-break (deterministic, no RNG). A round where nobody answered scores 0. The *final* accuracy instead uses
-  the debate's own seeded tie-break (`final_correct`), so the last per-round value can differ from the final
-  accuracy on tied debates; ties are counted.
+- One tie rule (dear.vote): a vote's score is the fraction of its tied leaders that are correct, the expected
+  correctness of a uniform tie-break (1/k for a k-way tie holding the correct answer; deterministic, no RNG).
+  It is the per-round group score and the final accuracy (`ScoredDebate.score`), so per-question scores are
+  fractional where tied. A round where nobody answered scores 0. The debate's seeded pick (`final_correct`) is
+  reported beside it as a secondary accuracy ("seeded tie pick"); ties are counted.
 - A key is correct when any agent holding it was graded correct (agents with equal keys share a grade).
 - HCR (harmful conformity rate): cases (agent i, round r -> r+1) where i is correct at r, i's key is held by
   fewer agents than the plurality key and no plurality key is correct; HCR = share of them wrong at r+1.
@@ -54,7 +55,7 @@ class ScoredDebate:
 
     answers: Sequence[Sequence[str | None]]  # [round][agent] normalised answer key, None = no answer
     correct: Sequence[Sequence[bool]]  # [round][agent]
-    final_correct: bool
+    final_correct: bool  # the final vote's seeded pick is correct (secondary accuracy)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tie: bool = False  # the final vote was decided by the seeded tie-break
@@ -63,6 +64,7 @@ class ScoredDebate:
     question_id: str = ""
     peers_read: Sequence[Sequence[int]] | None = None  # [round][agent] peers shown in the prompt (None = unknown)
     truncated: Sequence[Sequence[bool]] | None = None  # [round][agent] cut at the token limit (None = unknown)
+    final_score: float | None = None  # the final vote's score over tied leaders (None: the last round's)
 
     def __post_init__(self) -> None:
         if len(self.answers) != len(self.correct):
@@ -83,6 +85,16 @@ class ScoredDebate:
     @property
     def n_rounds(self) -> int:
         return len(self.answers)
+
+    @property
+    def score(self) -> float:
+        """The primary accuracy of this debate: the final vote's expected correctness over tied leaders (given,
+        or the last round's plurality score); 0 for a failed debate."""
+        if self.final_score is not None:
+            return float(self.final_score)
+        if self.failed or not self.answers:
+            return 0.0
+        return round_vote(self.answers[-1], self.correct[-1]).score
 
     @property
     def total_tokens(self) -> int:
@@ -145,9 +157,7 @@ def round_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> RoundVote
     t = tally(keys)
     if not t.leaders:
         return RoundVote(leaders=(), top=0, counts={}, score=0.0)
-    kc = key_correct(keys, correct)
-    score = sum(kc[k] for k in t.leaders) / len(t.leaders)
-    return RoundVote(leaders=t.leaders, top=t.top, counts=t.counts, score=float(score))
+    return RoundVote(leaders=t.leaders, top=t.top, counts=t.counts, score=t.score(key_correct(keys, correct)))
 
 
 def round_scores(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> np.ndarray:
@@ -345,7 +355,7 @@ def paired_bootstrap_diff(
 @dataclass
 class MethodSummary:
     n: int
-    accuracy: CI
+    accuracy: CI  # final score, ties as expected values (the primary accuracy)
     prompt_tokens: float
     completion_tokens: float
     total_tokens: CI
@@ -372,6 +382,7 @@ class MethodSummary:
     truncated: Ratio = Ratio(0, 0)  # agent answers cut at the token limit / all agent answers
     truncated_no_answer: Ratio = Ratio(0, 0)  # of the truncated ones, those without an answer
     read_density: list[float] = field(default_factory=list)  # rounds 1..R: peers read / (V-1)
+    accuracy_seeded: CI = CI(math.nan, math.nan, math.nan)  # the seeded tie pick's accuracy (secondary)
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict for summary.csv (rates as floats, with their numerators and denominators)."""
@@ -380,6 +391,7 @@ class MethodSummary:
             "accuracy": self.accuracy.mean,
             "acc_ci_low": self.accuracy.low,
             "acc_ci_high": self.accuracy.high,
+            "accuracy_seeded_pick": self.accuracy_seeded.mean,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens.mean,
@@ -482,7 +494,8 @@ def summarize(records: Sequence[ScoredDebate], seed: int = 0, n_boot: int = 2000
         density = np.where(read_n > 0, read_sum / np.maximum(read_n, 1), np.nan)
     return MethodSummary(
         n=len(records),
-        accuracy=bootstrap_ci([float(r.final_correct) for r in records], n_boot=n_boot, seed=seed),
+        accuracy=bootstrap_ci([r.score for r in records], n_boot=n_boot, seed=seed),
+        accuracy_seeded=bootstrap_ci([float(r.final_correct) for r in records], n_boot=n_boot, seed=seed),
         prompt_tokens=float(np.mean([r.prompt_tokens for r in records])),
         completion_tokens=float(np.mean([r.completion_tokens for r in records])),
         total_tokens=bootstrap_ci([r.total_tokens for r in records], n_boot=n_boot, seed=seed),

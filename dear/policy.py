@@ -37,6 +37,7 @@ from dear.belief import Opinion, fuse
 from dear.deprecation import rename_keys
 
 SelectionMode = Literal["learned", "full", "random"]
+BehaviorMap = Literal["sigmoid", "clip"]
 BehaviorMode = Literal["learned", "fixed"]
 FusionRule = Literal["dst", "mean"]
 
@@ -125,23 +126,36 @@ class Sampling:
     top_p: torch.Tensor | np.ndarray
 
 
+def _unit(raw: torch.Tensor | np.ndarray, behavior_map: BehaviorMap) -> torch.Tensor | np.ndarray:
+    """Raw values -> [0, 1]: the logistic (DESIGN §5), or the affine map of [-1, 1] clipped at its ends."""
+    if behavior_map == "clip":
+        if isinstance(raw, torch.Tensor):
+            return ((raw + 1.0) / 2.0).clamp(0.0, 1.0)
+        return np.clip((np.asarray(raw, dtype=np.float64) + 1.0) / 2.0, 0.0, 1.0)
+    if behavior_map != "sigmoid":
+        raise ValueError(f"behavior_map must be sigmoid|clip, got {behavior_map!r}")
+    if isinstance(raw, torch.Tensor):
+        return torch.sigmoid(raw)
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(raw, dtype=np.float64)))  # overflow-free logistic
+
+
 def to_sampling(
     raw: torch.Tensor | np.ndarray,
     temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
+    behavior_map: BehaviorMap = "sigmoid",
 ) -> Sampling:
-    """DESIGN §5: ``T = T_min + (T_max - T_min) σ(z_T)``, ``top_p = P_min + (P_max - P_min) σ(z_P)``.
+    """DESIGN §5: ``T = T_min + (T_max - T_min) g(z_T)``, ``top_p = P_min + (P_max - P_min) g(z_P)``.
 
-    ``raw[..., 0]`` is z_T and ``raw[..., 1]`` is z_P. Works on torch tensors and numpy arrays. The only
-    place in the project where this mapping is written down.
+    ``g`` is the logistic σ (the paper's; `behavior_map="sigmoid"`) or ``clip((z + 1) / 2, 0, 1)``
+    (`"clip"`): the Gaussian's mean then reaches a range end at a finite raw value, and the policy gradient keeps
+    pushing it past the end (as CleanRL clips continuous actions in the environment), where the sigmoid reaches
+    it only as z -> ±inf with a vanishing slope. ``raw[..., 0]`` is z_T and ``raw[..., 1]`` is z_P. Works on
+    torch tensors and numpy arrays. The only place in the project where this mapping is written down.
     """
     (t_lo, t_hi), (p_lo, p_hi) = temperature_range, top_p_range
-    if isinstance(raw, torch.Tensor):
-        sig = torch.sigmoid(raw)
-    else:
-        raw = np.asarray(raw, dtype=np.float64)
-        sig = 0.5 * (1.0 + np.tanh(0.5 * raw))  # overflow-free logistic
-    return Sampling(temperature=t_lo + (t_hi - t_lo) * sig[..., 0], top_p=p_lo + (p_hi - p_lo) * sig[..., 1])
+    unit = _unit(raw, behavior_map)
+    return Sampling(temperature=t_lo + (t_hi - t_lo) * unit[..., 0], top_p=p_lo + (p_hi - p_lo) * unit[..., 1])
 
 
 def from_sampling(
@@ -149,6 +163,7 @@ def from_sampling(
     top_p: float,
     temperature_range: tuple[float, float] = DEFAULT_TEMPERATURE_RANGE,
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
+    behavior_map: BehaviorMap = "sigmoid",
 ) -> tuple[float, float]:
     """Inverse of `to_sampling` for one (T, top-p), clipped to ±RAW_BOUND (so range ends are reachable)."""
 
@@ -156,6 +171,8 @@ def from_sampling(
         if not lo <= x <= hi:
             raise ValueError(f"{name}={x} outside its range [{lo}, {hi}]")
         q = (x - lo) / (hi - lo)
+        if behavior_map == "clip":
+            return 2.0 * q - 1.0
         q = min(max(q, 1e-12), 1 - 1e-12)
         return float(np.clip(math.log(q / (1 - q)), -RAW_BOUND, RAW_BOUND))
 
@@ -225,16 +242,18 @@ def _mlp(inp: int, hidden: int, out: int, out_std: float) -> nn.Sequential:
 class SelectionPolicy(nn.Module):
     """Selection actor ("who reads whom"): MLP on the selection observation -> V(V-1) Bernoulli logits.
 
-    The small output init makes every p_{i<-j} start near 0.5.
+    The small output init makes every p_{i<-j} start near sigmoid(bias_init) (0.5 by default).
     """
 
-    def __init__(self, n_agents: int, hidden: int = 64):
+    def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0):
         super().__init__()
         self.n_agents = n_agents
         self.obs_dim = selection_obs_dim(n_agents)
         self.n_pairs = n_pairs(n_agents)
         self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, self.n_pairs, out_std=0.01)
+        with torch.no_grad():  # every p_{i<-j} starts near sigmoid(bias_init); 0 = 0.5
+            self.net[-1].bias.fill_(float(bias_init))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (B, V(V-1)) in `pair_order`."""
@@ -316,12 +335,16 @@ class PolicyConfig:
     fixed_top_p: float = 0.9
     random_p: float = 0.5  # pair probability of selection_mode="random"
     seed: int = 0  # seeds the "random" selection mode's generator
+    behavior_map: BehaviorMap = "sigmoid"  # raw behavior -> sampling (to_sampling); sigmoid = the paper's
+    selection_bias_init: float = 0.0  # initial logit of every pair (0: p = 0.5)
 
     def __post_init__(self):
         if self.selection_mode not in ("learned", "full", "random"):
             raise ValueError(f"selection_mode must be learned|full|random, got {self.selection_mode!r}")
         if self.behavior_mode not in ("learned", "fixed"):
             raise ValueError(f"behavior_mode must be learned|fixed, got {self.behavior_mode!r}")
+        if self.behavior_map not in ("sigmoid", "clip"):
+            raise ValueError(f"behavior_map must be sigmoid|clip, got {self.behavior_map!r}")
         if self.fusion not in ("dst", "mean"):
             raise ValueError(f"fusion must be dst|mean, got {self.fusion!r}")
         if self.n_agents < 2:
@@ -392,10 +415,11 @@ class JointPolicy(nn.Module):
             raise ValueError("JointPolicy: pass either a PolicyConfig or keyword arguments, not both")
         self.config = config
         self.n_agents = config.n_agents
-        self.selection = SelectionPolicy(config.n_agents, config.selection_hidden)
+        self.selection = SelectionPolicy(config.n_agents, config.selection_hidden, config.selection_bias_init)
         self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init)
         self._fixed_raw = from_sampling(
-            config.fixed_temperature, config.fixed_top_p, config.temperature_range, config.top_p_range
+            config.fixed_temperature, config.fixed_top_p, config.temperature_range, config.top_p_range,
+            config.behavior_map,
         )
         self.behavior.set_mean_bias(*self._fixed_raw)
         self._generator = torch.Generator().manual_seed(config.seed)
@@ -474,7 +498,8 @@ class JointPolicy(nn.Module):
         behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)
         raw, logp_b, ent_b = self._behave(behavior_obs, deterministic)
         sampling = to_sampling(
-            raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temperature_range, self.config.top_p_range
+            raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temperature_range, self.config.top_p_range,
+            self.config.behavior_map,
         )
         return ActOutput(
             mask=mask,

@@ -1,8 +1,15 @@
-"""The plurality vote over normalised answer keys: the one place that counts votes, finds the leaders and breaks
-ties with a seeded pick. Used by the debate engine (final answer), metrics (per-round group answer), the
-regulator (plurality features) and training statistics.
+"""The plurality vote over answer keys: the one place that counts votes, finds the leaders and scores a vote.
+Used by the debate engine (final answer), metrics (per-round group answer), the regulator (plurality features)
+and training statistics.
 
-`None` (no parsable answer) never votes. Leaders are sorted, so the seeded pick does not depend on agent order.
+Keys are compared as strings: callers pass class representatives (`dear.tasks.equivalence.AnswerClasses`), so
+equivalent answers (`5/4`, `1.25`) vote together. `None` (no parsable answer) never votes.
+
+The tie rule, stated once: a vote's score is its expected correctness over its tied leaders — a k-way tie with
+the correct answer among the leaders scores 1/k (`Tally.score`, `VoteResult.score`). That score is the primary
+accuracy of every method and every round. The seeded pick (`Tally.pick`) still names one answer (the answer a
+user gets); its correctness is kept as a secondary number. Leaders are sorted, so the pick does not depend on
+agent order.
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ class Tally:
     @property
     def tie(self) -> bool:
         return len(self.leaders) > 1
+
+    def score(self, key_is_correct: dict[str, bool]) -> float:
+        """Expected correctness over the tied leaders (1/k for a k-way tie holding the correct answer; 0 when
+        nobody answered)."""
+        if not self.leaders:
+            return 0.0
+        return sum(bool(key_is_correct.get(k, False)) for k in self.leaders) / len(self.leaders)
 
     def pick(self, rng: np.random.Generator) -> str | None:
         """The winner: the only leader, or a seeded pick among tied leaders (None when nobody answered).
@@ -54,17 +68,19 @@ def key_correct(keys: Sequence[str | None], correct: Sequence[bool]) -> dict[str
 
 @dataclass(frozen=True)
 class VoteResult:
-    answer: str | None  # winning normalised key; None when no agent gave a parsable answer
-    correct: bool
+    answer: str | None  # the seeded pick among the leaders; None when no agent gave a parsable answer
+    correct: bool  # the seeded pick is correct
     tie: bool  # True when several keys shared the top count and the RNG picked one
     counts: dict[str, int] = field(default_factory=dict)
+    score: float = 0.0  # expected correctness over the tied leaders: the primary accuracy
 
 
 def vote(keys: Sequence[str | None], correct: Sequence[bool], rng: np.random.Generator) -> VoteResult:
-    """Plurality over `keys` with a seeded tie-break; the winner is correct iff an agent that gave it was graded
-    correct."""
+    """Plurality over `keys`: its score over tied leaders and a seeded pick; a key is correct iff an agent that
+    gave it was graded correct."""
     t = tally(keys)
     winner = t.pick(rng)
     if winner is None:
         return VoteResult(answer=None, correct=False, tie=False, counts={})
-    return VoteResult(answer=winner, correct=key_correct(keys, correct)[winner], tie=t.tie, counts=t.counts)
+    kc = key_correct(keys, correct)
+    return VoteResult(answer=winner, correct=kc[winner], tie=t.tie, counts=t.counts, score=t.score(kc))

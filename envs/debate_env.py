@@ -13,10 +13,13 @@ Action (Dict):
     "behavior"    Box([-10, 10], (2V,)) raw pre-sigmoid (z_T, z_P) per agent, agent-major
                   [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temperature_range/top_p_range.
 Reward: 0 on intermediate steps (unless `shaping=True`); terminal
-    1[plurality answer correct] - token_cost * (all prompt + completion tokens of the debate) / 1000,
+    score(plurality answer) - token_cost * (all prompt + completion tokens of the debate) / 1000,
+where the score is 1 when the plurality answer is correct and 1/k for a k-way tie holding the correct answer
+(the expected correctness of a tie-break, dear.vote's one tie rule),
 with the parts in info["reward_correct"] and info["reward_tokens"].
-Shaping (off by default): potential-based (Ng, Harada & Russell 1999), Φ(s_r) = fraction of agents whose
-round-r answer is correct, Φ = 0 at the terminal state; step r adds shaping_coef * (γ Φ(s_r) - Φ(s_{r-1}))
+Shaping (off by default): potential-based (Ng, Harada & Russell 1999), Φ(s_r) = the round-r plurality's score
+(1 when its answer is correct, 1/k for a k-way tie holding it: the final reward's own rule applied to round r),
+Φ = 0 at the terminal state; step r adds shaping_coef * (γ Φ(s_r) - Φ(s_{r-1}))
 with γ = shaping_gamma (set it to the trainer's discount, happo.gamma = 1 by default). Its discounted sum over
 an episode telescopes to -shaping_coef * Φ(s_0), fixed by round 0 before any action, so every policy's return
 shifts by the same amount and the optimal policy is unchanged; the per-step terms still credit the rounds
@@ -40,6 +43,7 @@ from dear.debate.trace import DebateTrace
 from dear.deprecation import renamed_keyword
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
+from dear.metrics import round_vote
 from dear.policy import (
     DEFAULT_TEMPERATURE_RANGE,
     DEFAULT_TOP_P_RANGE,
@@ -74,6 +78,7 @@ class DebateEnvConfig:
     layout: str = DebateConfig.layout  # exchange-round prompt layout (dear/debate/prompts.py LAYOUTS)
     silent: bool = False  # an agent that reads nobody keeps its answer without a model call (DebateConfig.silent)
     answer_aware: float = 0.0  # weight of parsed-answer agreement in e_ij (regulator.observe); 0 = the paper's
+    behavior_map: str = "sigmoid"  # raw behavior action -> (T, top-p) (dear.policy.to_sampling)
     seed: int = 0  # seeds question loading and the engine's per-request seeds
 
     def __post_init__(self):
@@ -91,6 +96,8 @@ class DebateEnvConfig:
             raise ValueError(f"token_cost must be >= 0, got {self.token_cost}")
         if not 0 < self.shaping_gamma <= 1:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
+        if self.behavior_map not in ("sigmoid", "clip"):
+            raise ValueError(f"behavior_map must be sigmoid|clip, got {self.behavior_map!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if isinstance(self.answer_aware, bool) or not 0.0 <= float(self.answer_aware) <= 1.0:
@@ -111,7 +118,8 @@ class EpisodeSummary:
 
     question_id: str
     final_answer: str | None
-    final_correct: bool
+    final_correct: bool  # the vote's seeded pick is correct
+    final_score: float  # the vote's expected correctness over tied leaders (dear.vote's tie rule)
     tie: bool
     failed: bool
     error: str | None  # why the debate failed (a backend request gave up), None when it finished
@@ -130,7 +138,7 @@ class EpisodeSummary:
         tr = d.trace
         return cls(
             question_id=str(d.question.id), final_answer=tr.final_answer, final_correct=bool(tr.final_correct),
-            tie=bool(tr.tie), failed=bool(d.failed), error=tr.error, tokens_total=int(tr.total_tokens),
+            final_score=tr.final_expected, tie=bool(tr.tie), failed=bool(d.failed), error=tr.error, tokens_total=int(tr.total_tokens),
             prompt_tokens=int(tr.prompt_tokens), completion_tokens=int(tr.completion_tokens),
             answers_per_round=tr.answer_keys(), correct_per_round=tr.correctness(), masks_per_round=tr.masks(),
             temperature_per_round=np.array([[t.temperature for t in ts] for ts in tr.rounds], dtype=np.float64),
@@ -148,6 +156,14 @@ class ParsedAction:
     raw: np.ndarray  # (V, 2) float32
     temperature: np.ndarray  # (V,)
     top_p: np.ndarray  # (V,)
+
+
+def potential(d: Debate) -> float:
+    """Φ of the shaping term: the score of the last completed round's plurality (ties as expected values).
+    It removes from the return the part fixed by round 0 (whether its plurality was right), the largest share of
+    the return's variance, without moving the optimum (module docstring)."""
+    turns = d.last_turns
+    return round_vote([t.answer_key for t in turns], [t.correct for t in turns]).score if turns else 0.0
 
 
 class DebateCore:
@@ -259,7 +275,7 @@ class DebateCore:
         for bit, (i, j) in zip(pairs, self.pairs):
             mask[i, j] = bool(bit)
         raw = raw.reshape(v, 2).astype(np.float32)
-        s = to_sampling(raw, self.config.temperature_range, self.config.top_p_range)
+        s = to_sampling(raw, self.config.temperature_range, self.config.top_p_range, self.config.behavior_map)
         return ParsedAction(pairs=pairs, mask=mask, raw=raw, temperature=s.temperature, top_p=s.top_p)
 
     def controls(self, parsed: Sequence[ParsedAction]) -> list[RoundControl]:
@@ -318,13 +334,13 @@ class DebateCore:
         """Reward of the step that just ran on `d` plus the reward parts for info."""
         cfg = self.config
         # Φ(terminal) = 0 makes the shaping sum policy-invariant (module docstring).
-        phi = 0.0 if d.done else float(np.mean([t.correct for t in d.last_turns]))
+        phi = 0.0 if d.done else potential(d)
         shaping = cfg.shaping_coef * (cfg.shaping_gamma * phi - prev_correct_frac) if cfg.shaping else 0.0
         parts: dict[str, Any] = {"reward_shaping": shaping}
         reward = shaping
         if d.done:
             correct = bool(d.trace.final_correct)
-            r_correct = 1.0 if correct else 0.0
+            r_correct = d.trace.final_expected  # ties as expected values (dear.vote), not the seeded pick
             r_tokens = -cfg.token_cost * d.trace.total_tokens / 1000.0
             reward += r_correct + r_tokens
             trace = d.trace
@@ -391,6 +407,7 @@ class DebateEnv(gym.Env):
         layout: str = DebateConfig.layout,
         silent: bool = False,
         answer_aware: float = 0.0,
+        behavior_map: str = "sigmoid",
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
@@ -431,7 +448,7 @@ class DebateEnv(gym.Env):
         if unknown:
             raise ValueError(f"reset options: unknown keys {sorted(unknown)}; known: ['question_index']")
         self.debate = self.core.start([self.np_random], [options.get("question_index")])[0]
-        self._prev_frac = float(np.mean([t.correct for t in self.debate.last_turns]))
+        self._prev_frac = potential(self.debate)
         self._return = 0.0
         self._episode_over = False
         info = self.core.round_info(self.debate)
@@ -448,7 +465,7 @@ class DebateEnv(gym.Env):
         self.core.engine.step([self.debate], self.core.controls([parsed]))
         d = self.debate
         reward, parts = self.core.reward(d, self._prev_frac)
-        self._prev_frac = float(np.mean([t.correct for t in d.last_turns]))
+        self._prev_frac = potential(d)
         self._return += reward
         info = self.core.round_info(d)
         info.update(parts)

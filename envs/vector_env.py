@@ -41,7 +41,7 @@ from dear.llm.base import Backend
 from dear.policy import DEFAULT_TOP_P_RANGE
 from dear.regulator import BeliefObservation
 from dear.tasks.types import Question
-from envs.debate_env import DebateCore, DebateEnvConfig, temperature_range_keyword
+from envs.debate_env import DebateCore, DebateEnvConfig, potential, temperature_range_keyword
 
 
 class DebateVectorEnv(VectorEnv):
@@ -75,6 +75,7 @@ class DebateVectorEnv(VectorEnv):
         layout: str = DebateConfig.layout,
         silent: bool = False,
         answer_aware: float = 0.0,
+        behavior_map: str = "sigmoid",
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
@@ -134,7 +135,7 @@ class DebateVectorEnv(VectorEnv):
         new = self.core.start([self._rngs[k] for k in envs], idx)
         for k, d in zip(envs, new):
             self.debates[k] = d
-            self._prev_frac[k] = float(np.mean([t.correct for t in d.last_turns]))
+            self._prev_frac[k] = potential(d)
             self._returns[k] = 0.0
             self._ended[k] = False
 
@@ -233,7 +234,7 @@ class DebateVectorEnv(VectorEnv):
                 step_infos.append({**self.core.round_info(d), "mask": parsed[k].mask, "frozen": True})
                 continue
             reward, parts = self.core.reward(d, self._prev_frac[k])
-            self._prev_frac[k] = float(np.mean([t.correct for t in d.last_turns]))
+            self._prev_frac[k] = potential(d)
             self._returns[k] += reward
             rewards[k] = reward
             terminations[k] = d.done

@@ -94,7 +94,15 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000)
                   for s in sources],
         "generation_s": _generation_seconds(sources, origin),
     }
-    (out / "summary.md").write_text(report.markdown(results, meta, seed=seed, n_boot=n_boot), encoding="utf-8")
+    md = report.markdown(results, meta, seed=seed, n_boot=n_boot)
+    for s in sources:  # each re-graded source's "what moved" note, under its directory's name
+        record = report.read_regrade_record(s.path)
+        if record is not None:
+            note = report.moved_note(record, {f"{r.benchmark}/{r.method}": (r.summary.accuracy.mean,
+                                                                            r.summary.accuracy_seeded.mean)
+                                              for r in results if origin.get(r.benchmark) == s.path})
+            md += "\n" + "\n".join([note[0] + f" (`{s.path}`)", *note[1:]])
+    (out / "summary.md").write_text(md, encoding="utf-8")
     plots.write_all(results, out, synthetic=synthetic)
     return results
 

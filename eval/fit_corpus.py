@@ -47,6 +47,7 @@ from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
 from dear.debate.protocols import MADProtocol
+from dear.debate.trace import DebateTrace
 from dear.llm.sim import SimBackend, SimParams, difficulty_logit, distractor_weights, excess, sigmoid
 from dear.tasks.synthetic import load_synthetic
 from eval import fit_sim
@@ -220,10 +221,11 @@ GROUP_ORDER = ["all", "read nobody", "read peers, all agree", "read peers, some 
     f"T in [{lo:.1f}, {min(hi, 2.0):.1f})" for lo, hi in TEMP_BINS]
 
 
-def wilson(k: int, n: int) -> tuple[float, float]:
+def wilson(k: float, n: int) -> tuple[float, float]:
+    """Wilson 95 % interval of k successes in n; a fractional k (ties scored as expected values) is rounded."""
     if n == 0:
         return float("nan"), float("nan")
-    ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+    ci = binomtest(int(round(k)), n).proportion_ci(0.95, method="wilson")
     return float(ci.low), float(ci.high)
 
 
@@ -256,15 +258,15 @@ def simulate_mad(p: SimParams, settings: dict[str, Any], n: int, seed: int) -> d
     proto = MADProtocol(cfg.n_agents, cfg.n_rounds, float(settings.get("mad_temperature", 0.7)),
                         float(settings.get("mad_top_p", 0.9)))
     debates = engine.run(load_synthetic(n, seed=seed, split="test"), proto)
-    s = summarize(debates)
+    s = summarize(debates)  # accuracy: ties as expected values
     comp = sum(d.trace.completion_tokens for d in debates) / max(1, n)
-    return {"n": n, "accuracy": s.accuracy, "ci": list(wilson(s.correct, n)), "tokens_per_question":
+    return {"n": n, "accuracy": s.accuracy, "ci": list(wilson(s.accuracy * n, n)), "tokens_per_question":
             s.tokens_per_question, "completion_tokens_per_question": comp}
 
 
 def real_mad(traces: Sequence[dict]) -> dict[str, float]:
     n = len(traces)
-    k = sum(bool(t["final_correct"]) for t in traces)
+    k = sum(DebateTrace.from_dict(t).final_expected for t in traces)  # ties as expected values
     return {"n": n, "accuracy": k / max(1, n), "ci": list(wilson(k, n)),
             "tokens_per_question": sum(t["prompt_tokens"] + t["completion_tokens"] for t in traces) / max(1, n),
             "completion_tokens_per_question": sum(t["completion_tokens"] for t in traces) / max(1, n)}

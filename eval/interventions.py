@@ -200,7 +200,7 @@ def paired_to_base(rows: list[dict[str, Any]], loaded: dict[str, list[DebateTrac
                    n_boot: int = 2000) -> None:
     """Add each intervention method's accuracy difference to its base method (paired bootstrap over the common
     questions, 95 % CI) as `diff_to_base*` keys, when the base method is in the report."""
-    correct = {m: {t.question_id: float(bool(t.final_correct)) for t in ts} for m, ts in loaded.items()}
+    correct = {m: {t.question_id: t.final_expected for t in ts} for m, ts in loaded.items()}  # ties: expected
     for row in rows:
         base = base_method(row["method"])
         if base == row["method"] or base not in correct:

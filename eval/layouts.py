@@ -202,7 +202,7 @@ def arm_row(recs: Sequence[dict]) -> ArmRow:
         wall[r["chunk"]] = r["chunk_wall_s"]
     turns = [t for tr in traces for t in _exchange_turns(tr)]
     return ArmRow(
-        final=np.array([tr.final_correct for tr in traces], dtype=float),
+        final=np.array([tr.final_expected for tr in traces], dtype=float),  # ties as expected values
         round_acc=np.array([round_scores(tr.answer_keys(), tr.correctness()) for tr in traces]),
         transitions=sum((transitions(tr.correctness()).sum(0) for tr in traces), np.zeros(4, dtype=int)),
         completion=np.array([sum(t.completion_tokens for t in _exchange_turns(tr)) for tr in traces], float),

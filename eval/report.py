@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,10 @@ from typing import Any
 from dear.debate.trace import DebateTrace
 from dear.metrics import TRANSITIONS, ScoredDebate, MethodSummary, Ratio, paired_bootstrap_diff, summarize
 from eval.methods import METHODS
+
+REGRADE_RECORD = "regrade.json"  # written by eval.regrade beside the traces it re-graded
+TIE_RULE = ("Ties count as expected values: a k-way tie whose leaders include the correct answer scores 1/k, so "
+            "per-question scores are fractional where tied.")
 
 
 def trace_to_record(trace: DebateTrace) -> ScoredDebate:
@@ -23,6 +28,7 @@ def trace_to_record(trace: DebateTrace) -> ScoredDebate:
         answers=trace.answer_keys(),
         correct=trace.correctness().tolist(),
         final_correct=bool(trace.final_correct),
+        final_score=trace.final_expected,
         prompt_tokens=int(trace.prompt_tokens + trace.extra_prompt_tokens),  # interventions' calls included
         completion_tokens=int(trace.completion_tokens + trace.extra_completion_tokens),
         tie=bool(trace.tie),
@@ -40,7 +46,8 @@ class MethodResult:
     method: str
     label: str
     summary: MethodSummary
-    correct_by_question: dict[str, float] = field(default_factory=dict)  # for paired comparisons
+    # Per-question final score, ties as expected values (fractional where tied): for paired comparisons.
+    correct_by_question: dict[str, float] = field(default_factory=dict)
 
 
 def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTrace], seed: int = 0,
@@ -48,7 +55,7 @@ def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTra
     records = [trace_to_record(t) for t in traces]
     return MethodResult(
         benchmark=benchmark, method=method, label=label, summary=summarize(records, seed=seed, n_boot=n_boot),
-        correct_by_question={r.question_id: float(r.final_correct) for r in records},
+        correct_by_question={r.question_id: r.score for r in records},
     )
 
 
@@ -91,8 +98,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: Sequence[str] = ("mad", "majority"),
-             seed: int = 0, n_boot: int = 2000) -> str:
+def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
+             baselines: Sequence[str] = ("mad", "majority", "sc", "cot"), seed: int = 0, n_boot: int = 2000) -> str:
     """The full summary.md text. `meta` carries the command, model, seeds and labels for the header, and
     optionally `failures` {(benchmark, method): [(question_id, error)]} (failed debates that remain, left out
     of the accuracy) and `generation_s` {benchmark: seconds}."""
@@ -119,8 +126,8 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
 
     # -- the paper table: accuracy [CI] and tokens per benchmark
     lines += ["## Accuracy and cost", "",
-              ("Accuracy in % with a 95 % percentile-bootstrap CI over questions (seeded); tokens = mean prompt + "
-              "completion tokens of all calls per question."), ""]
+              (f"{TIE_RULE} Accuracy in % with a 95 % percentile-bootstrap CI over questions (seeded); tokens = "
+               "mean prompt + completion tokens of all calls per question."), ""]
     header = ["Method"]
     for b in benchmarks:
         header += [f"{b} acc % [95 % CI]", f"{b} tokens/q"]
@@ -141,7 +148,8 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
         if baseline not in methods:
             continue
         lines += [f"### Paired difference to {by_label(results, baseline)} (same questions)", "",
-                  "Accuracy difference in percentage points with a paired bootstrap 95 % CI.", ""]
+                  ("Accuracy difference in percentage points (ties as expected values) with a paired bootstrap "
+                   "95 % CI."), ""]
         rows = [[by_label(results, m)] + _paired_diffs(by, benchmarks, m, baseline, seed, n_boot)
                 for m in methods if m != baseline]
         lines += _table(["Method"] + benchmarks, rows) + [""]
@@ -170,10 +178,12 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
                    "traces counted as wrong. Truncated = agent answers cut at the token limit; without a marked "
                    "answer they count as no answer."), ""]
         lines += _table(
-            ["Method", "n", "acc %", "95 % CI", "prompt tok/q", "completion tok/q", "total tok/q", "failed",
-             "final ties", "no-answer %", "truncated % (no answer)", "graders (final answer)"],
+            ["Method", "n", "acc %", "95 % CI", "acc %, seeded tie pick", "prompt tok/q", "completion tok/q",
+             "total tok/q", "failed", "final ties", "no-answer %", "truncated % (no answer)",
+             "graders (final answer)"],
             [[r.label, str(r.summary.n), _pct(r.summary.accuracy.mean),
               f"[{_pct(r.summary.accuracy.low)}, {_pct(r.summary.accuracy.high)}]",
+              _pct(r.summary.accuracy_seeded.mean),
               f"{r.summary.prompt_tokens:,.0f}", f"{r.summary.completion_tokens:,.0f}",
               f"{r.summary.total_tokens.mean:,.0f}",
               str(r.summary.failed + len(failures.get((b, r.method), []))), str(r.summary.final_ties),
@@ -229,9 +239,11 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: S
                          for (b, m), items in sorted(remaining.items()) for q, err in items]) + [""]
 
     lines += ["## Definitions", "",
-              ("- Final answer: plurality over the last round's parsed answers; ties broken by a seeded random "
-              "choice (counted as *final ties*). No parsable answer never votes; a debate where no agent "
-              "answered is wrong."),
+              ("- Final answer: plurality over the last round's parsed answers; equivalent answers vote together "
+               "(the grader's equivalence: `5/4` = `1.25`). " + TIE_RULE + " A seeded random pick among tied "
+               "leaders names the answer a user gets; its accuracy is the \"seeded tie pick\" column. No parsable "
+               "answer never votes (nor does a letter that is not an option); a debate where no agent answered "
+               "scores 0."),
               ("- HCR: among (agent, round r→r+1) cases where the agent is correct, holds an answer fewer agents "
               "share than the plurality answer, and no plurality answer is correct — the share wrong at r+1. "
               "BCR: the agent is wrong (with an answer), in the minority, and the plurality is correct — the "
@@ -271,3 +283,37 @@ def _paired_diffs(by: dict[tuple[str, str], MethodResult], benchmarks: Sequence[
 
 def by_label(results: Sequence[MethodResult], method: str) -> str:
     return next((r.label for r in results if r.method == method), method)
+
+
+# ---------------------------------------------------------------- re-grading note
+def read_regrade_record(root: Path) -> dict[str, Any] | None:
+    """The directory's regrade.json (eval.regrade), or None."""
+    path = Path(root) / REGRADE_RECORD
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]]) -> list[str]:
+    """Markdown lines of the "what moved" note of a re-graded directory: per row, the accuracy its report
+    published before the first re-grade (seeded tie pick, the old parser) and today's (ties as expected
+    values; seeded pick, NaN where not computed)."""
+    first, last = record["runs"][0], record["runs"][-1]
+    turns = sum(f["turns_changed"] for f in first["files"].values())
+    finals = sum(len(f["finals_changed"]) for f in first["files"].values())
+    lines = [f"## Re-graded on {first['date']}: what moved", "",
+             ("`python -m eval.regrade` re-parsed every stored completion with the own-answer parser (never an "
+              "echoed peer answer or template example; a letter that is not an option is no answer), grouped "
+              "equivalent answers and voted again with ties as expected values; no model was called. It changed "
+              f"{turns} agent answers or grades and the final answer of {finals} debates (every trace file, "
+              f"retried debates included). Math equivalence checks: {last['math_equivalence_checks']}; undecided "
+              f"(timeout or error, counted as different answers): {last['math_equivalence_undecided']}."), "",
+             "| Row | accuracy % before (seeded tie pick, old parser) | now (ties as expected values) | "
+             "now (seeded tie pick) |", "|---|---|---|---|"]
+    for key, (expected, seeded) in accuracy.items():
+        old = record["before"].get(key)
+        lines.append(f"| {key} | {_pct(old) if old is not None else '–'} | {_pct(expected)} | {_pct(seeded)} |")
+    return lines + [""]

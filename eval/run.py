@@ -559,6 +559,11 @@ class Evaluator:
                 if b in self.s.benchmarks and "dear-random-mask" in self.s.methods],
         }
         md = report.markdown(results, meta, seed=self.s.seed, n_boot=self.s.n_boot)
+        regraded = report.read_regrade_record(out)
+        if regraded is not None:
+            md += "\n" + "\n".join(report.moved_note(regraded, {
+                f"{r.benchmark}/{r.method}": (r.summary.accuracy.mean, r.summary.accuracy_seeded.mean)
+                for r in results}))
         (out / "summary.md").write_text(md, encoding="utf-8")
         plots.write_all(results, out, synthetic=synthetic)
         run_json["synthetic"] = synthetic
@@ -600,9 +605,7 @@ def _stop_unanimous(debates: Sequence[Debate]) -> None:
         if d.done or not keys or keys[0] is None or any(k != keys[0] for k in keys):
             continue
         d.finished = True
-        v = d.vote()
-        tr = d.trace
-        tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = v.answer, v.correct, v.tie, dict(v.counts)
+        d.trace.set_vote(d.vote())
 
 
 class Round0Mismatch(RuntimeError):

@@ -115,7 +115,7 @@ def test_one_failed_question_is_left_out_and_counted(tmp_path):
     md = (out / "summary.md").read_text()
     assert f"| synthetic | MAD | {qid} |" in md and "synthetic: 3 of 4 requested" in md
     mad_row = next(line for line in md.splitlines() if line.startswith("| MAD | 3 |"))
-    assert mad_row.split("|")[8].strip() == "1"  # the "failed" column
+    assert mad_row.split("|")[9].strip() == "1"  # the "failed" column
     be.down = False
     assert [r.summary.n for r in eval_run.main(args(out, methods="cot,mad"), backend=be)] == [4, 4]
 

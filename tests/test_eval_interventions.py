@@ -156,7 +156,7 @@ def test_paired_difference_to_the_base_method():
     from types import SimpleNamespace as NS
 
     def traces(correct):
-        return [NS(question_id=f"q{i}", final_correct=c) for i, c in enumerate(correct)]
+        return [NS(question_id=f"q{i}", final_expected=float(c)) for i, c in enumerate(correct)]
 
     rows = [{"method": "mad"}, {"method": "mad+judge+policy"}, {"method": "dear+judge+policy"}]
     IV.paired_to_base(rows, {"mad": traces([1, 1, 0, 0]), "mad+judge+policy": traces([1, 1, 1, 0]),

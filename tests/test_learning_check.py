@@ -30,13 +30,15 @@ def test_rows_labels_and_resume(tmp_path, capsys):
     assert all(r["name"].endswith("(synthetic)") and r["episodes"] == 16 for r in rows)
     best = rows[2]
     assert [s["policy"] for s in best["train_scores"]] == ["p=0, T=0.1, top-p=0.9", "p=1, T=0.1, top-p=0.9"]
-    chosen = max(best["train_scores"], key=lambda s: (s["accuracy"], -s["tokens_per_question"]))
-    assert best["detail"] == chosen["policy"]
+    chosen = max(best["train_scores"], key=lambda s: (s["objective"], -s["tokens_per_question"]))
+    assert best["detail"] == chosen["policy"]  # by the objective, not by accuracy
+    for s in best["train_scores"]:
+        assert s["objective"] == pytest.approx(s["accuracy"] - 0.01 * s["tokens_per_question"] / 1000)
     assert rows[0]["tokens_per_question"] < rows[1]["tokens_per_question"]  # round 0 alone costs less than MAD
     with open(out / "rows.csv") as f:
         table = list(csv.DictReader(f))
     assert {r["synthetic"] for r in table} == {"true"} and table[-1]["name"].startswith("DEAR, mean of 1 seeds")
-    assert all(len(r["scores"]) == 16 for r in rows)  # per test debate, for the paired intervals
+    assert all(len(r["scores"]) == 16 and len(r["objectives"]) == 16 for r in rows)  # per test debate
     dear_csv = table[3]
     d, lo, hi = lc.paired_difference(rows[3]["scores"], rows[1]["scores"])
     assert float(dear_csv["minus_mad"]) == pytest.approx(d) and lo <= d <= hi
@@ -75,3 +77,40 @@ def test_paired_difference_interval():
     assert d == pytest.approx(2 / 6) and lo < d < hi
     assert lc.paired_difference([1, 1], [1, 1]) == (0.0, 0.0, 0.0)
     assert all(math.isnan(x) for x in lc.paired_difference([1], [0, 1]))
+
+
+def test_the_suite_runs_worlds_and_writes_a_verdict_per_world(tmp_path):
+    out = tmp_path / "suite"
+    assert lc.main(["--worlds", "stylised,debate-pays", "--seeds", "2", "--out", str(out), "--episodes", "16",
+                    "--select-episodes", "8", "--grid-p", "0,1", "--grid-t", "0.1", "--grid-top-p", "0.9",
+                    *TINY]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "SYNTHETIC" in summary and "| stylised |" in summary and "| debate-pays |" in summary
+    for world in ("stylised", "debate-pays"):
+        rows = [json.loads(x) for x in (out / world / "rows.jsonl").read_text().splitlines()]
+        assert [r["key"] for r in rows] == ["round0", "mad", "best-fixed", "dear-2"]
+        assert (out / world / "curves.png").stat().st_size > 0
+    # debate-pays has silent turns: reading nobody is one grid point, whatever its (T, top-p)
+    pays = [json.loads(x) for x in (out / "debate-pays" / "rows.jsonl").read_text().splitlines()]
+    assert len(pays[2]["train_scores"]) == 2
+    with pytest.raises(ValueError, match="nowhere"):  # the CLI prints it as one error line, exit 2
+        lc.main(["--worlds", "nowhere", "--out", str(tmp_path / "x")])
+
+
+def test_dear_is_evaluated_on_the_baselines_debates_whatever_its_training_seed(tmp_path):
+    """The DEAR row of seed s sees the same questions and round 0 as the baselines: its round-0 scores are the
+    round-0 row's (the check once evaluated with run.seed = s, which changed round 0)."""
+    from train.happo import Trainer
+
+    cfg = load_config("sim-stylised", [*TINY, "run.seed=7", f"run.out_dir={tmp_path}", "logging.progress=false"])
+    base = load_config("sim-stylised", [*TINY, "logging.progress=false"])
+    trainer = Trainer(cfg)
+    try:
+        trainer.train()
+        a, b = [], []
+        evaluate(base, trainer.policy, 16, seed=99, split="test", per_episode=a)
+        evaluate(base, lc.fixed_policy(base, lc.mad(base)), 16, seed=99, split="test", per_episode=b)
+    finally:
+        trainer.close()
+    assert [e.question_id for e in a] == [e.question_id for e in b]
+    assert [e.round0_accuracy for e in a] == [e.round0_accuracy for e in b]

@@ -13,6 +13,7 @@ from dear.tasks import (
     normalize_answer,
     render_question,
 )
+from dear.tasks.prompts import format_example
 
 # (text, kind, expected extraction)
 CASES = [
@@ -197,10 +198,14 @@ def test_format_instruction_per_kind():
     for kind in ("numeric", "integer", "math"):
         assert "\\boxed{" in format_instruction(kind) and "step by step" in format_instruction(kind)
     assert "letter" in format_instruction("choice")
-    # The instruction's own example must round-trip through extraction.
-    assert extract_answer(format_instruction("choice"), "choice") == "B"
-    assert extract_answer(format_instruction("math"), "math") == "\\frac{3}{4}"
-    assert extract_answer(format_instruction("numeric"), "numeric") == "42"
+    # The instruction's example is a well-formed answer of its kind, but the echoed instruction is no answer.
+    for kind in ("choice", "math", "numeric", "integer"):
+        example = format_example(kind)
+        assert f"for example \\boxed{{{example}}}." in format_instruction(kind)
+        assert extract_answer(f"\\boxed{{{example}}}", kind) == example
+        assert extract_answer(format_instruction(kind), kind) is None
+        own = f"\nSo the answer is \\boxed{{{example}}}."
+        assert extract_answer(format_instruction(kind) + own, kind) == example
 
 
 def test_render_question_lists_lettered_options():

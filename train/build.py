@@ -26,6 +26,7 @@ def policy_config(cfg: TrainConfig) -> PolicyConfig:
         fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.log_std_init,
         temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
         fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
+        behavior_map=p.behavior_map, selection_bias_init=p.selection_bias_init,
     )
 
 
@@ -83,7 +84,8 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
         num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
         encoder=e.encoder, n_agents=e.n_agents, n_rounds=e.n_rounds, temperature_range=e.temperature_range,
         top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
-        layout=e.layout, silent=e.silent, answer_aware=e.answer_aware,
+        layout=e.layout, silent=e.silent, answer_aware=e.answer_aware, shaping=e.shaping,
+        shaping_coef=e.shaping_coef, shaping_gamma=cfg.happo.gamma, behavior_map=cfg.policy.behavior_map,
     )
     kwargs.update(e.options)
     from envs.vector_env import DebateVectorEnv

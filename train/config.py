@@ -134,6 +134,10 @@ class EnvSection:
     layout: str = DebateConfig.layout  # exchange-round prompt layout: multiturn (Du et al.) or single
     silent: bool = False  # option (issue 14): an agent that reads nobody keeps its answer without a model call
     answer_aware: float = 0.0  # option (issue 14): weight of parsed-answer agreement in e_ij; 0 = the paper's
+    # Potential-based shaping with Φ = the round's plurality score (envs/debate_env.py): the optimum is unchanged,
+    # and the return loses the variance round 0 fixed before any action (its std halves in the fitted world).
+    shaping: bool = True
+    shaping_coef: float = 1.0  # 1 = the return becomes final score − round-0 plurality score − token cost
     options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
 
 
@@ -160,6 +164,10 @@ class PolicySection:
     behavior_mode: Literal["learned", "fixed"] = "learned"  # "fixed" = no-behavior ablation
     fixed_temperature: float = 0.7  # MAD's sampling; also the learned behavior mean's starting point
     fixed_top_p: float = 0.9  # MAD's top-p; also the learned behavior mean's starting point
+    # Raw behavior -> (T, top-p): "sigmoid" (the paper's squashed Gaussian) or "clip" (affine, clipped at the
+    # range ends, which the mean then reaches at a finite value with a usable gradient; dear.policy.to_sampling).
+    behavior_map: Literal["sigmoid", "clip"] = "clip"
+    selection_bias_init: float = 0.0  # initial logit of every pair: 0 = read with p 0.5, no prior on density
 
 
 @dataclass
@@ -425,8 +433,18 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     return cfg
 
 
+# Keys whose default changed: a saved run config without them ran with these values, so a resumed run keeps them.
+SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {"policy.behavior_map": "sigmoid", "env.shaping": False}
+
+
 def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
-    """A validated config from plain data (e.g. a run's saved config.yaml; old key names still load)."""
+    """A validated config from plain data (e.g. a run's saved config.yaml; old key names still load; keys a run
+    saved before they existed take the values that run used, `SETTINGS_BEFORE_THE_KEY`)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for dotted, value in SETTINGS_BEFORE_THE_KEY.items():
+        section, key = dotted.split(".")
+        if isinstance(data.get(section), dict):
+            data[section].setdefault(key, value)
     cfg = _build(TrainConfig, rename_deprecated_keys(data, where), "", where)
     cfg.validate()
     return cfg

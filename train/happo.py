@@ -141,7 +141,7 @@ def summarize_episodes(all_episodes: Sequence[EpisodeStats]) -> dict[str, float]
         "rollout/reward": mean([e.episode_return for e in episodes]),
         "rollout/reward_correct": mean([e.reward_correct for e in episodes]),
         "rollout/reward_tokens": mean([e.reward_tokens for e in episodes]),
-        "rollout/accuracy": mean([float(e.final_correct) for e in episodes]),
+        "rollout/accuracy": mean([e.final_score for e in episodes]),
         "rollout/round0_accuracy": mean([e.round0_accuracy for e in episodes]),
         "rollout/round0_tokens_per_question": mean([e.round0_tokens for e in episodes]),
         "rollout/tokens_per_question": mean([e.tokens for e in episodes]),

@@ -1,22 +1,32 @@
-"""The learning check in a simulated world: HAPPO-trained DEAR against MAD, the round-0 majority and the best
-fixed policy, with accuracy and tokens per question, over training seeds. Every number is synthetic.
+"""The learning check in simulated worlds: HAPPO-trained DEAR against MAD, the round-0 majority and the best
+fixed policy, with accuracy, tokens and the training objective, over training seeds. Every number is synthetic.
 
     python -m train.learning_check --config sim --seeds 1,2,3 --out results/learning-check-sim
+    python -m train.learning_check --worlds all --seeds 1,2,3 --out results/learning-suite run.iterations=100
 
-All rows are evaluated on the same held-out debates (the test split, `--episodes` debates from `--eval-seed`):
+The learning suite (`--worlds`) is a set of worlds whose best policies differ (DESIGN §6b, `WORLDS`): the world
+fitted to real debates (reading nobody is best), the stylised world (a temperature bound is best), a world where
+debate pays (reading every peer is best) and one where the best policy depends on the state (read only where
+agents disagree). A learner that works reaches each world's best fixed policy from its default settings, and
+beats it where the optimum depends on the state.
+
+All rows of a world are evaluated on the same held-out debates (the test split, `--episodes` debates from
+`--eval-seed`, with the config's run seed for the engine, whatever the training seed):
 - `round-0 majority`: the plurality vote of round 0 (tokens: round 0 alone);
 - `MAD`: full mask, every agent at `policy.fixed_temperature` / `policy.fixed_top_p`;
 - `best fixed policy`: every pair read with one probability p and every agent at one (T, top-p), the best of the
-  `--grid-*` grid by accuracy on the *train* split (`--select-episodes` debates), so the test rows choose
-  nothing; then evaluated like the others;
+  `--grid-*` grid by the objective on the *train* split (`--select-episodes` debates), so the test rows choose
+  nothing; then evaluated like the others. With silent turns, reading nobody makes no call, so its T / top-p
+  mean nothing and the grid holds it once;
 - `DEAR, seed s`: the config's HAPPO run with `run.seed = s`, acting deterministically (pairs with p > 0.5, the
   behavior mean), and the mean over seeds.
+The objective is accuracy − token_cost × tokens / 1000, the reward DEAR is trained on; accuracy counts a tied
+vote as its expected value (1/k for a k-way tie holding the correct answer).
 
-The world is whatever the config's `llm` is; with `llm: sim` (a hand-set or a fitted `SimParams`) the debates
-are simulated, so the rows, the CSV's `synthetic` column and the headings say so. Each finished row is appended
-to `rows.jsonl` at once; the same command skips the rows it already has (`settings.json` guards the settings),
-so a stopped check continues. Outputs: `rows.jsonl`, `table.md`, `rows.csv`, `settings.json`, and the runs of
-the DEAR seeds under `runs/`.
+Each finished row is appended to `rows.jsonl` at once; the same command skips the rows it already has
+(`settings.json` guards the settings), so a stopped check continues. Outputs per world: `rows.jsonl`, `table.md`,
+`rows.csv`, `settings.json`, `curves.png` (objective, read density and mean temperature per training iteration
+and seed) and the DEAR runs under `runs/`; with `--worlds`, one directory per world and `summary.md` over them.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import itertools
 import json
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +49,32 @@ from scipy import stats
 
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
+from dear.integrity import atomic_write_text
 from dear.policy import JointPolicy
 from train.build import policy_config
 from train.config import TrainConfig, load_config
 from train.happo import Trainer, evaluate
+from train.logger import read_metrics
 
 log = logging.getLogger("train.learning_check")
 PROG = "python -m train.learning_check"
+
+
+@dataclass(frozen=True)
+class World:
+    """One world of the learning suite: its config and where its optimum is (documented in the config)."""
+
+    config: str
+    optimum: str
+
+
+WORLDS: dict[str, World] = {
+    "fitted": World("sim", "read nobody (the round-0 majority): exchange rounds do not pay in the fitted world"),
+    "stylised": World("sim-stylised", "read nobody at the lowest temperature"),
+    "debate-pays": World("sim-debate-pays", "read every peer: reading disagreeing peers fixes wrong agents"),
+    "state-dependent": World("sim-state-dependent", "read only where agents disagree: no fixed policy is optimal"),
+}
+TOLERANCE = 0.005  # DEAR reaches a world's best fixed policy when its objective is at most this much below
 
 
 @dataclass(frozen=True)
@@ -71,6 +101,16 @@ def mad(cfg: TrainConfig) -> FixedPolicy:
     return FixedPolicy(1.0, cfg.policy.fixed_temperature, cfg.policy.fixed_top_p)
 
 
+def distinct_grid(cfg: TrainConfig, grid: Sequence[FixedPolicy]) -> list[FixedPolicy]:
+    """The grid without points that play the same debates: with silent turns, reading nobody makes no call, so
+    every (T, top-p) of p = 0 is one policy (kept once, at the config's fixed sampling)."""
+    if not cfg.env.silent:
+        return list(grid)
+    nobody = [fp for fp in grid if fp.p == 0]
+    rest = [fp for fp in grid if fp.p != 0]
+    return ([FixedPolicy(0.0, cfg.policy.fixed_temperature, cfg.policy.fixed_top_p)] if nobody else []) + rest
+
+
 @dataclass(frozen=True)
 class Row:
     name: str  # e.g. "DEAR, seed 1 (synthetic)"
@@ -83,16 +123,27 @@ class Row:
     mean_temperature: float
     episodes: int
     detail: str = ""  # the fixed policy chosen, the DEAR seed's run directory
-    scores: list[float] = field(default_factory=list)  # per test debate, in order: 1 correct (round 0: 1/#tied)
+    scores: list[float] = field(default_factory=list)  # per test debate, in order: 1 correct, 1/k on a k-way tie
+    objectives: list[float] = field(default_factory=list)  # per test debate: score − token_cost × tokens / 1000
+    cpu_s: float = 0.0  # CPU seconds this row took (training included)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _row(name: str, kind: str, m: dict[str, float], detail: str = "", scores: Sequence[float] = ()) -> Row:
+def _row(name: str, kind: str, m: dict[str, float], detail: str = "", eps: Sequence = (), cost: float = 0.0,
+         cpu_s: float = 0.0, round0: bool = False) -> Row:
+    """A row from `evaluate`'s metrics and its per-debate EpisodeStats (`round0`: score round 0 alone)."""
+    if round0:
+        scores = [e.round0_accuracy for e in eps]
+        objectives = [e.round0_accuracy - cost * e.round0_tokens / 1000 for e in eps]
+    else:
+        scores = [e.final_score for e in eps]
+        objectives = [e.final_score - cost * e.tokens / 1000 for e in eps]
     return Row(f"{name} (synthetic)", kind, m["rollout/accuracy"], m["rollout/tokens_per_question"],
                m["rollout/completion_tokens_per_question"], m["rollout/hcr"], m["rollout/mask_density"],
-               m["rollout/mean_temperature"], int(m["rollout/episodes"]), detail, [float(x) for x in scores])
+               m["rollout/mean_temperature"], int(m["rollout/episodes"]), detail, [float(x) for x in scores],
+               [float(x) for x in objectives], cpu_s)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
@@ -104,14 +155,20 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
     return float(d.mean()), float(d.mean()) - half, float(d.mean()) + half
 
 
+def objective_of(cfg: TrainConfig, m: dict[str, float]) -> float:
+    """What DEAR is trained to maximise (the env's terminal reward), from rollout metrics."""
+    return m["rollout/accuracy"] - cfg.env.token_cost * m["rollout/tokens_per_question"] / 1000
+
+
 def best_fixed(cfg: TrainConfig, grid: Sequence[FixedPolicy], episodes: int, seed: int) -> tuple[FixedPolicy, list]:
-    """The grid's best fixed policy by accuracy on the train split (ties: fewer tokens); with every score."""
+    """The grid's best fixed policy by the objective on the train split (ties: fewer tokens); with every score
+    as (policy, accuracy, tokens per question, objective)."""
     scores = []
-    for fp in grid:
+    for fp in distinct_grid(cfg, grid):
         m = evaluate(cfg, fixed_policy(cfg, fp), episodes, seed=seed, split="train")
-        scores.append((fp, m["rollout/accuracy"], m["rollout/tokens_per_question"]))
-        log.info("fixed %s: train accuracy %.3f, %.0f tokens/question", fp.label, scores[-1][1], scores[-1][2])
-    best = max(scores, key=lambda s: (s[1], -s[2]))[0]
+        scores.append((fp, m["rollout/accuracy"], m["rollout/tokens_per_question"], objective_of(cfg, m)))
+        log.info("fixed %s: train accuracy %.3f, %.0f tokens/question, objective %.3f", fp.label, *scores[-1][1:])
+    best = max(scores, key=lambda s: (s[3], -s[2]))[0]
     return best, scores
 
 
@@ -128,7 +185,7 @@ class CheckDir:
                 raise SystemExit(f"{PROG}: error: {out} holds a check with other settings ({', '.join(diff)}); "
                                  "use another --out")
         else:
-            saved.write_text(json.dumps(settings, indent=2) + "\n")
+            atomic_write_text(saved, json.dumps(settings, indent=2) + "\n")
 
     def rows(self) -> dict[str, dict]:
         path = self.out / "rows.jsonl"
@@ -144,62 +201,79 @@ class CheckDir:
 def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out: Path, episodes: int,
               eval_seed: int, grid: Sequence[FixedPolicy], select_episodes: int, command: str) -> list[dict]:
     base = load_config(cfg_name, [*overrides, "logging.progress=false"])
+    cost = base.env.token_cost
     settings = {"config": cfg_name, "overrides": list(overrides), "seeds": list(seeds), "episodes": episodes,
                 "eval_seed": eval_seed, "grid": [dataclasses.asdict(g) for g in grid],
-                "select_episodes": select_episodes, "llm": base.llm.backend_spec(), "token_cost": base.env.token_cost,
+                "select_episodes": select_episodes, "llm": base.llm.backend_spec(), "token_cost": cost,
                 "resolved_config": json.loads(json.dumps(base.to_dict(), default=str))}  # a config file edited since
     run = CheckDir(out, settings)
     done = run.rows()
+
+    def test(policy: JointPolicy, eps: list) -> dict[str, float]:  # every row on the same test debates
+        return evaluate(base, policy, episodes, seed=eval_seed, split="test", per_episode=eps)
+
     if "round0" not in done or "mad" not in done:
-        eps: list = []
-        m = evaluate(base, fixed_policy(base, mad(base)), episodes, seed=eval_seed, split="test", per_episode=eps)
+        t0, eps = time.process_time(), []
+        m = test(fixed_policy(base, mad(base)), eps)
         r0 = dict(m, **{"rollout/accuracy": m["rollout/round0_accuracy"],
                         "rollout/tokens_per_question": m["rollout/round0_tokens_per_question"],
                         "rollout/completion_tokens_per_question": math.nan, "rollout/hcr": math.nan,
                         "rollout/mask_density": math.nan, "rollout/mean_temperature": math.nan})
+        cpu = time.process_time() - t0
         if "round0" not in done:
-            run.add("round0", _row("round-0 majority", "round0", r0, scores=[e.round0_accuracy for e in eps]))
+            run.add("round0", _row("round-0 majority", "round0", r0, eps=eps, cost=cost, cpu_s=cpu, round0=True))
         if "mad" not in done:
-            run.add("mad", _row("MAD", "mad", m, mad(base).label, [e.final_correct for e in eps]))
+            run.add("mad", _row("MAD", "mad", m, mad(base).label, eps, cost, cpu))
     if "best-fixed" not in done:
+        t0, eps = time.process_time(), []
         best, scores = best_fixed(base, grid, select_episodes, eval_seed)
-        eps = []
-        m = evaluate(base, fixed_policy(base, best), episodes, seed=eval_seed, split="test", per_episode=eps)
-        run.add("best-fixed", _row("best fixed policy", "best-fixed", m, best.label,
-                                   [e.final_correct for e in eps]),
-                train_scores=[{"policy": fp.label, "accuracy": a, "tokens_per_question": t} for fp, a, t in scores])
+        m = test(fixed_policy(base, best), eps)
+        label = best.label if not (base.env.silent and best.p == 0) else "read nobody (silent: no call)"
+        run.add("best-fixed", _row("best fixed policy", "best-fixed", m, label, eps, cost, time.process_time() - t0),
+                train_scores=[{"policy": fp.label, "accuracy": a, "tokens_per_question": t, "objective": o}
+                              for fp, a, t, o in scores])
     for seed in seeds:
         key = f"dear-{seed}"
         if key in done:
             continue
+        t0, eps = time.process_time(), []
         cfg = load_config(cfg_name, [*overrides, "logging.progress=false", f"run.seed={seed}",
                                      f"run.out_dir={out / 'runs'}"])
         trainer = Trainer(cfg)
         try:
             result = trainer.train()
-            eps = []
-            m = evaluate(cfg, trainer.policy, episodes, seed=eval_seed, split="test", per_episode=eps)
+            m = test(trainer.policy, eps)
         finally:
             trainer.close()
-        run.add(key, _row(f"DEAR, seed {seed}", "dear", m, str(result.run_dir), [e.final_correct for e in eps]))
+        run.add(key, _row(f"DEAR, seed {seed}", "dear", m, str(result.run_dir), eps, cost,
+                          time.process_time() - t0))
     rows = list(run.rows().values())
     write_tables(out, rows, settings, command)
+    write_curves(out, rows, cost)
     return rows
 
 
 def _mean_row(rows: Sequence[dict]) -> dict:
     keys = ("accuracy", "tokens_per_question", "completion_tokens_per_question", "hcr", "mask_density",
             "mean_temperature")
-    scores = [r.get("scores") or [] for r in rows]
-    mean_scores = np.mean(scores, axis=0).tolist() if all(len(x) == len(scores[0]) > 0 for x in scores) else []
+
+    def mean_of(name: str) -> list[float]:
+        lists = [r.get(name) or [] for r in rows]
+        return np.mean(lists, axis=0).tolist() if all(len(x) == len(lists[0]) > 0 for x in lists) else []
+
     return {"name": f"DEAR, mean of {len(rows)} seeds (synthetic)", "kind": "dear-mean",
-            "episodes": rows[0]["episodes"], "detail": "", "scores": mean_scores,
+            "episodes": rows[0]["episodes"], "detail": "", "scores": mean_of("scores"),
+            "objectives": mean_of("objectives"), "cpu_s": float(sum(r.get("cpu_s", 0.0) for r in rows)),
             **{k: float(np.nanmean([r[k] for r in rows])) for k in keys}}
 
 
-def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], command: str) -> None:
+def shown_rows(rows: Sequence[dict]) -> list[dict]:
     dear = [r for r in rows if r["kind"] == "dear"]
-    shown = [*rows, _mean_row(dear)] if dear else list(rows)
+    return [*rows, _mean_row(dear)] if dear else list(rows)
+
+
+def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], command: str) -> None:
+    shown = shown_rows(rows)
     cols = ("name", "accuracy", "tokens_per_question", "completion_tokens_per_question", "hcr", "mask_density",
             "mean_temperature", "episodes", "detail")
     cost = float(settings.get("token_cost", math.nan))
@@ -208,12 +282,15 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
         return r["accuracy"] - cost * r["tokens_per_question"] / 1000
 
     mad_scores = next((r.get("scores") or [] for r in rows if r["kind"] == "mad"), [])
+    best_obj = next((r.get("objectives") or [] for r in rows if r["kind"] == "best-fixed"), [])
     with open(out / "rows.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["synthetic", *cols, "objective", "minus_mad", "minus_mad_ci_low", "minus_mad_ci_high"])
+        w.writerow(["synthetic", *cols, "objective", "minus_mad", "minus_mad_ci_low", "minus_mad_ci_high",
+                    "objective_minus_best_fixed", "obj_minus_best_ci_low", "obj_minus_best_ci_high", "cpu_minutes"])
         for r in shown:
             w.writerow(["true", *(r[c] for c in cols), objective(r),
-                        *paired_difference(r.get("scores") or [], mad_scores)])
+                        *paired_difference(r.get("scores") or [], mad_scores),
+                        *paired_difference(r.get("objectives") or [], best_obj), r.get("cpu_s", 0.0) / 60])
 
     def fmt(x: float, d: int = 3) -> str:
         return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
@@ -222,38 +299,133 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
              f"Command: `{command}`  ",
              f"Config `{settings['config']}` {' '.join(settings['overrides'])}; evaluation: {settings['episodes']} "
              f"test-split debates from seed {settings['eval_seed']}, the same for every row; best fixed policy "
-             f"chosen on {settings['select_episodes']} train-split debates. Objective = accuracy − "
+             f"chosen by the objective on {settings['select_episodes']} train-split debates. Objective = accuracy − "
              f"{cost:g} × tokens / 1000, the reward DEAR is trained on. − MAD: accuracy difference on the same "
-             "debates with its paired 95 % t-interval. Round-0 majority: a tie counts 1/#tied answers (its expected "
-             "accuracy); later rows break ties by the seeded vote.", "",
-             "| policy (synthetic) | accuracy | − MAD [95 % CI] | tokens / question | completion tokens / q | "
-             "objective | HCR | mask density | mean T | detail |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+             "debates; − best fixed: objective difference on the same debates; both with paired 95 % t-intervals. "
+             "Every row counts a tied vote as its expected value (1/k for a k-way tie holding the correct "
+             "answer).", "",
+             "| policy (synthetic) | accuracy | − MAD [95 % CI] | tokens / question | objective | − best fixed "
+             "[95 % CI] | HCR | mask density | mean T | CPU min | detail |",
+             "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in shown:
         d, lo, hi = paired_difference(r.get("scores") or [], mad_scores)
+        od, olo, ohi = paired_difference(r.get("objectives") or [], best_obj)
         lines.append(f"| {r['name']} | {fmt(r['accuracy'])} | {fmt(d)} [{fmt(lo)}, {fmt(hi)}] | "
-                     f"{fmt(r['tokens_per_question'], 0)} | {fmt(r['completion_tokens_per_question'], 0)} | "
-                     f"{fmt(objective(r))} | {fmt(r['hcr'], 2)} | {fmt(r['mask_density'], 2)} | {fmt(r['mean_temperature'], 2)} | "
-                     f"{r['detail']} |")
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+                     f"{fmt(r['tokens_per_question'], 0)} | {fmt(objective(r))} | {fmt(od)} [{fmt(olo)}, {fmt(ohi)}] | "
+                     f"{fmt(r['hcr'], 2)} | {fmt(r['mask_density'], 2)} | {fmt(r['mean_temperature'], 2)} | "
+                     f"{fmt(r.get('cpu_s', 0.0) / 60, 1)} | {r['detail']} |")
+    atomic_write_text(out / "table.md", "\n".join(lines) + "\n")
+
+
+def write_curves(out: Path, rows: Sequence[dict], cost: float) -> None:
+    """curves.png: per training iteration and DEAR seed, the rollout objective, read density and mean T
+    (training rollouts, sampled actions; synthetic)."""
+    runs = [(r["name"], Path(r["detail"])) for r in rows if r["kind"] == "dear"]
+    series = []
+    for name, run_dir in runs:
+        metrics = read_metrics(run_dir / "metrics.jsonl")
+        if metrics:
+            series.append((name, metrics))
+    if not series:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def get(row: dict, key: str) -> float:
+        return float(row.get(f"synthetic/{key}", row.get(key, math.nan)))
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for name, metrics in series:
+        it = [int(m["iteration"]) for m in metrics]
+        acc = np.array([get(m, "rollout/accuracy") for m in metrics])
+        tok = np.array([get(m, "rollout/tokens_per_question") for m in metrics])
+        axes[0].plot(it, acc - cost * tok / 1000, label=name)
+        axes[1].plot(it, [get(m, "rollout/mask_density") for m in metrics], label=name)
+        axes[2].plot(it, [get(m, "rollout/mean_temperature") for m in metrics], label=name)
+    best = next((r for r in rows if r["kind"] == "best-fixed"), None)
+    if best is not None:
+        axes[0].axhline(best["accuracy"] - cost * best["tokens_per_question"] / 1000, color="k", ls="--",
+                        label="best fixed policy, test (synthetic)")
+    for ax, title in zip(axes, ("objective (synthetic)", "read density (synthetic)", "mean temperature (synthetic)")):
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"SYNTHETIC learning curves: {out.name}")
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- the suite
+def suite_verdict(rows: Sequence[dict]) -> dict[str, Any]:
+    """DEAR's mean against the world's best fixed policy on the same debates, by the objective."""
+    best = next(r for r in rows if r["kind"] == "best-fixed")
+    dear = [r for r in rows if r["kind"] == "dear"]
+    if not dear:
+        return {"best": best, "mean": None}
+    mean = _mean_row(dear)
+    d, lo, hi = paired_difference(mean["objectives"], best["objectives"])
+    return {"best": best, "mean": mean, "diff": d, "low": lo, "high": hi, "reached": d >= -TOLERANCE,
+            "beats": lo > 0, "per_seed": [float(np.mean(r["objectives"])) for r in dear]}
+
+
+def write_suite_summary(out: Path, results: dict[str, list[dict]], command: str) -> None:
+    lines = ["# Learning suite (SYNTHETIC worlds with known optima)", "", f"Command: `{command}`", "",
+             (f"Per world: the best fixed policy (chosen on the train split by the objective) and DEAR (HAPPO, "
+              f"default settings, mean of the seeds) on the same test debates. DEAR reaches the world when its "
+              f"objective is at least the best fixed policy's − {TOLERANCE}; in the state-dependent world it must "
+              f"beat it (paired 95 % t-interval above 0). Details per world in `<world>/table.md` and "
+              f"`<world>/curves.png`."), "",
+             "| world (synthetic) | where the optimum is | best fixed (objective) | DEAR mean objective (seeds) | "
+             "DEAR − best fixed [95 % CI] | verdict | CPU min |", "|---|---|---|---:|---|---|---:|"]
+    for name, rows in results.items():
+        v = suite_verdict(rows)
+        b = v["best"]
+        best_obj = float(np.mean(b["objectives"]))
+        cpu = sum(r.get("cpu_s", 0.0) for r in rows) / 60
+        if v["mean"] is None:
+            lines.append(f"| {name} | {WORLDS[name].optimum} | {b['detail']} ({best_obj:.3f}) | – | – | – | "
+                         f"{cpu:.1f} |")
+            continue
+        verdict = ("beats it" if v["beats"] else "reaches it" if v["reached"] else "misses it")
+        if name == "state-dependent" and not v["beats"]:
+            verdict += " (must beat it)"
+        seeds = " / ".join(f"{x:.3f}" for x in v["per_seed"])
+        lines.append(f"| {name} | {WORLDS[name].optimum} | {b['detail']} ({best_obj:.3f}) | "
+                     f"{float(np.mean(v['mean']['objectives'])):.3f} ({seeds}) | {v['diff']:+.3f} "
+                     f"[{v['low']:+.3f}, {v['high']:+.3f}] | {verdict} | {cpu:.1f} |")
+    atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
+
+
+def parse_worlds(text: str) -> list[str]:
+    names = list(WORLDS) if text == "all" else [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in names if w not in WORLDS]
+    if unknown or not names:
+        raise ValueError(f"--worlds: unknown world(s) {unknown}; known: all, {', '.join(WORLDS)}")
+    return names
 
 
 # ---------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="sim", help="train config name or path (default: sim)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--config", default=None, help="one world: a train config name or path (default: sim)")
+    where.add_argument("--worlds", help=f"the learning suite: all, or comma-separated of {', '.join(WORLDS)}")
     ap.add_argument("--seeds", type=comma_list(int), default=(1, 2, 3),
                     help="training seeds of DEAR (default 1,2,3)")
     ap.add_argument("--out", type=Path, required=True, help="output directory (continued if it exists)")
     ap.add_argument("--episodes", type=int, default=256, help="test-split debates per row")
     ap.add_argument("--eval-seed", type=int, default=99)
-    ap.add_argument("--grid-p", type=comma_list(float), default=(0.0, 0.5, 1.0),
+    ap.add_argument("--grid-p", type=comma_list(float), default=(0.0, 0.25, 0.5, 0.75, 1.0),
                     help="fixed policies' pair probabilities")
     ap.add_argument("--grid-t", type=comma_list(float), default=(0.1, 0.4, 0.7, 1.0),
                     help="fixed policies' temperatures")
     ap.add_argument("--grid-top-p", type=comma_list(float), default=(0.5, 0.9),
                     help="fixed policies' top-p values")
     ap.add_argument("--select-episodes", type=int, default=256, help="train-split debates per grid point")
-    ap.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. run.iterations=10")
+    ap.add_argument("overrides", nargs="*", help="dotted config overrides for every world, e.g. run.iterations=100")
     a = ap.parse_args(argv)
     if a.episodes < 1 or a.select_episodes < 1:
         ap.error("--episodes and --select-episodes must be >= 1")
@@ -262,8 +434,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     grid = [FixedPolicy(p, t, q) for p, t, q in itertools.product(a.grid_p, a.grid_t, a.grid_top_p)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     command = command_line(PROG, argv)
-    run_check(a.config, a.overrides, a.seeds, a.out, a.episodes, a.eval_seed, grid, a.select_episodes, command)
-    print((a.out / "table.md").read_text())
+    if a.worlds is None:
+        run_check(a.config or "sim", a.overrides, a.seeds, a.out, a.episodes, a.eval_seed, grid, a.select_episodes,
+                  command)
+        print((a.out / "table.md").read_text())
+        return 0
+    results = {}
+    for name in parse_worlds(a.worlds):
+        results[name] = run_check(WORLDS[name].config, a.overrides, a.seeds, a.out / name, a.episodes,
+                                  a.eval_seed, grid, a.select_episodes, command)
+        write_suite_summary(a.out, results, command)
+    print((a.out / "summary.md").read_text())
     return 0
 
 

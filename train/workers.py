@@ -49,7 +49,8 @@ class ChunkSpec:
 @dataclass
 class EpisodeStats:
     question_id: str
-    final_correct: bool
+    final_correct: bool  # the seeded tie pick
+    final_score: float  # ties as expected values: the accuracy statistics use this
     episode_return: float
     reward_correct: float
     reward_tokens: float
@@ -108,7 +109,7 @@ def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
     density = float(masks[1:].sum() / (exchanged * v * (v - 1))) if exchanged > 0 else math.nan
     temps, tops = ep.temperature_per_round[1:], ep.top_p_per_round[1:]
     return EpisodeStats(
-        question_id=ep.question_id, final_correct=ep.final_correct,
+        question_id=ep.question_id, final_correct=ep.final_correct, final_score=ep.final_score,
         episode_return=float(info["episode_return"][k]), reward_correct=float(info["reward_correct"][k]),
         reward_tokens=float(info["reward_tokens"][k]), tokens=ep.tokens_total, prompt_tokens=ep.prompt_tokens,
         completion_tokens=ep.completion_tokens, tie=ep.tie, failed=ep.failed,

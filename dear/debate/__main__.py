@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         s = summarize(debates)
         st = engine.stats
         print("\nsummary")
-        print(f"  accuracy          {s.accuracy:.3f} ({s.correct}/{s.n})")
+        print(f"  accuracy          {s.accuracy:.3f} (ties as expected values; seeded pick {s.correct}/{s.n})")
         n = max(1, s.n)
         print(f"  tokens/question   {s.tokens_per_question:.0f} (prompt {s.prompt_tokens / n:.0f} + completion "
               f"{s.completion_tokens / n:.0f}; totals over {s.n} questions: {s.prompt_tokens} + {s.completion_tokens})")

@@ -22,6 +22,7 @@ from dear.debate import prompts
 from dear.debate.trace import AgentTurn, DebateTrace
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
 from dear.seeds import derive_seed  # noqa: F401  (re-exported: engine.derive_seed)
+from dear.tasks.equivalence import AnswerClasses
 from dear.tasks.types import Question
 from dear.vote import VoteResult, vote
 
@@ -150,6 +151,12 @@ class Debate:
     failed: bool = False
     error: str | None = None
     finished: bool = False
+    # Groups the debate's answer keys by the grader's equivalence: every recorded key is its class's
+    # representative, so `5/4` and `1.25` vote together everywhere downstream.
+    classes: AnswerClasses = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.classes = AnswerClasses(self.question.kind)
 
     @property
     def done(self) -> bool:
@@ -173,7 +180,8 @@ class Debate:
         return [t.answer_key for t in self.last_turns]
 
     def vote(self) -> VoteResult:
-        """Plurality over the last round's normalised answers; ties broken by an RNG seeded per debate+round."""
+        """Plurality over the last round's answer keys: its score over tied leaders, and a pick among them by an
+        RNG seeded per debate+round."""
         turns = self.last_turns
         rng = np.random.default_rng([self.vote_seed, max(self.round, 0)])
         return vote([t.answer_key for t in turns], [t.correct for t in turns], rng)
@@ -230,6 +238,11 @@ def _shown(turn: AgentTurn, to_peer: bool = True) -> prompts.ShownAnswer:
 def debate_id_of(question: Question, seed: int) -> str:
     """The id of the debate of `question` with debate seed `seed` (traces, corpora and done lists use it)."""
     return f"{question.task}/{question.id}/s{seed}"
+
+
+def vote_seed_of(engine_seed: int, debate_seed: int) -> int:
+    """The seed of a debate's tie-break RNG (its round index is mixed in at each vote)."""
+    return derive_seed(engine_seed, int(debate_seed), 0x5EED)
 
 
 def default_debate_seed(question: Question) -> int:
@@ -292,7 +305,7 @@ class DebateEngine:
             )
             debates.append(
                 Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
-                       vote_seed=derive_seed(cfg.seed, int(s), 0x5EED))
+                       vote_seed=vote_seed_of(cfg.seed, s))
             )
         return debates
 
@@ -400,7 +413,7 @@ class DebateEngine:
             d.trace.drop_last_round()
             d.round -= 1
             d.finished = False
-            d.trace.final_answer, d.trace.final_correct, d.trace.tie, d.trace.vote_counts = None, False, False, {}
+            d.trace.set_vote(None)
         self.step(debates, controls, attempt=1)
 
     def run_concurrent(
@@ -623,6 +636,8 @@ class DebateEngine:
             self._record_round(debates[key], turns)
 
     def _record_round(self, d: Debate, turns: list[AgentTurn]) -> None:
+        for t in turns:
+            t.answer_key = d.classes.canonical(t.answer_key)
         d.trace.add_round(turns)
         d.round += 1
         errors = [f"agent {t.agent}: {t.error}" for t in turns if t.error is not None]
@@ -671,18 +686,17 @@ class DebateEngine:
         tr.failed, tr.error = d.failed, d.error
         if d.failed:
             # A failed debate has no trustworthy final answer: it counts as wrong and is reported as failed.
-            tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = None, False, False, {}
+            tr.set_vote(None)
             return
-        v = d.vote()
-        tr.final_answer, tr.final_correct, tr.tie, tr.vote_counts = v.answer, v.correct, v.tie, dict(v.counts)
+        tr.set_vote(d.vote())
 
 
 # ---------------------------------------------------------------- summaries
 @dataclass
 class RunSummary:
     n: int
-    accuracy: float
-    correct: int
+    accuracy: float  # mean expected correctness over tied leaders (dear.vote's tie rule)
+    correct: int  # debates whose seeded pick is correct
     failed: int
     ties: int
     no_answer_turns: int
@@ -701,7 +715,7 @@ def summarize(debates: Sequence[Debate]) -> RunSummary:
     correct = sum(d.trace.final_correct for d in debates)
     return RunSummary(
         n=len(debates),
-        accuracy=correct / max(1, len(debates)),
+        accuracy=sum(d.trace.final_expected for d in debates) / max(1, len(debates)),
         correct=correct,
         failed=sum(d.failed for d in debates),
         ties=sum(d.trace.tie for d in debates),

@@ -14,6 +14,12 @@ Peers' answers are re-rendered from their parsed parts so that their reasoning c
 overflow the context window while their conclusion and final answer stay. A peer answer a moderator demoted is
 shown as its one-line summary plus its final answer. An optional per-agent `guidance` (an intervention's advice
 or agenda instruction) goes into the exchange user turn just before the format instruction, in both layouts.
+
+Parsing: a turn's answer (`extract`) is the agent's own. Small models often repeat their prompt — the peers'
+quoted answers, the question, the format instructions — before or after their own answer, so `own_text` first
+cuts that material out (labelled peer blocks, fenced answer blocks, word-for-word prompt text, an unclosed fence
+at the end of a truncated completion) and the task extractor reads what is left; the format instruction's
+example phrase is never an answer, and a letter must name one of the question's options.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from dear import tasks
 from dear.llm.base import ChatMessage
@@ -117,20 +124,200 @@ def parse_sections(text: str) -> ParsedAnswer:
     return ParsedAnswer(reasoning=reasoning or NO_ANSWER, conclusion=conclusion.strip() or NO_ANSWER, final=final)
 
 
+# ---------------------------------------------------------------- the agent's own part of a completion
+# A line that introduces a quoted peer answer: the multi-turn layout's "One agent's answer:" (and the variants a
+# model writes when it repeats it: "The other agent's answer:", "Agent 1's response:"), the single layout's
+# "Agent 2:", and the intros of either layout.
+_PEER_LABEL = re.compile(
+    r"[ \t>*#_-]*(?:(?:one|another|the\s+other|other)\s+agent['’]?s\s+(?:answer|response|reply|solution)"
+    r"|agent\s+\d+(?:['’]s\s+(?:answer|response|reply|solution))?"
+    r"|answers\s+from\s+(?:the\s+)?other\s+agents"
+    r"|these\s+are\s+the\s+answers\s+to\s+the\s+problem\s+from\s+other\s+agents)[ \t*_]*[:：][ \t*_]*",
+    re.IGNORECASE,
+)
+_FENCE = re.compile(r"[ \t]*```[ \t]*([^\s`]*)")
+_SUMMARY = re.compile(r"[ \t>*#_-]*summary\b", re.IGNORECASE)
+_BOX_MARK = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_MIN_ECHO_TOKENS = 4  # a cut-off echo at the end of a completion is dropped from this many words of prompt text on
+
+
+def _is_final_line(line: str) -> bool:
+    m = _HEADER.match(line)
+    return m is not None and m.group(1).lower() == "final answer"
+
+
+def _is_block_start(line: str) -> bool:
+    """A line that opens a rendered answer block: a section header or a moderator's summary."""
+    return _HEADER.match(line) is not None or _SUMMARY.match(line) is not None
+
+
+def _next_nonblank(lines: list[str], i: int) -> int | None:
+    for j in range(i, len(lines)):
+        if lines[j].strip():
+            return j
+    return None
+
+
+def _next_fence(lines: list[str], i: int) -> int | None:
+    for j in range(i, len(lines)):
+        if _FENCE.match(lines[j]):
+            return j
+    return None
+
+
+def _block_end(lines: list[str], i: int) -> int:
+    """End (exclusive) of an unfenced answer block starting at line i: after its first "Final answer:" line (and
+    the next non-blank line when that header's line is empty), else at the next peer label or the end."""
+    for j in range(i, len(lines)):
+        if j > i and _PEER_LABEL.match(lines[j]):
+            return j
+        if _is_final_line(lines[j]):
+            if _HEADER.match(lines[j]).end() >= len(lines[j].rstrip()):  # "Final answer:" alone on its line
+                k = _next_nonblank(lines, j + 1)
+                return j + 1 if k is None else k + 1
+            return j + 1
+    return len(lines)
+
+
+def _quoted_section_end(lines: list[str], i: int, label_end: int) -> int:
+    """End (exclusive) of the quoted peer answer whose label is line i."""
+    rest = lines[i][label_end:].strip()
+    if rest:  # "Agent 2: Reasoning: ..." or "One agent's answer: 160" on the label's line
+        return _block_end(lines, i) if _is_block_start(rest) and not _is_final_line(rest) else i + 1
+    j = _next_nonblank(lines, i + 1)
+    if j is None:
+        return len(lines)
+    if _FENCE.match(lines[j]):
+        close = _next_fence(lines, j + 1)
+        return len(lines) if close is None else close + 1
+    if _PEER_LABEL.match(lines[j]):  # an intro ("Answers from other agents:") before the labelled answers
+        return j
+    if _is_block_start(lines[j]):
+        return _block_end(lines, j)
+    k = j
+    while k < len(lines) and lines[k].strip():  # a plain quoted paragraph
+        k += 1
+    return k
+
+
+def _drop_quoted(text: str, truncated: bool) -> str:
+    """`text` without quoted peer answers and fenced answer blocks (see `own_text`)."""
+    lines = text.splitlines(keepends=True)
+    keep = [True] * len(lines)
+    last_kept: int | None = None  # last non-blank line kept so far
+    i = 0
+    while i < len(lines):
+        label = _PEER_LABEL.match(lines[i])
+        if label:
+            end = _quoted_section_end(lines, i, label.end())
+            keep[i:end] = [False] * (end - i)
+            i = end
+            continue
+        fence = _FENCE.match(lines[i])
+        if fence:
+            lang = fence.group(1)
+            nxt = _next_nonblank(lines, i + 1)
+            if (not lang and last_kept is not None and _is_final_line(lines[last_kept])
+                    and (nxt is None or not _is_block_start(lines[nxt]))):
+                keep[i] = False  # the closing fence of the agent's own answer, written in the peers' block format
+                i += 1
+                continue
+            close = _next_fence(lines, i + 1)
+            if close is None:  # unclosed: cut at the token limit inside it, or the model just stopped
+                if truncated:
+                    keep[i:] = [False] * (len(lines) - i)
+                    break
+                keep[i] = False
+                i += 1
+                continue
+            body = "".join(lines[i + 1 : close])
+            if not lang and (any(_is_block_start(ln) for ln in lines[i + 1 : close]) or _BOX_MARK.search(body)):
+                keep[i : close + 1] = [False] * (close + 1 - i)  # a quoted answer block
+            else:
+                last_kept = close  # code or its output: the agent's own work
+            i = close + 1
+            continue
+        if lines[i].strip():
+            last_kept = i
+        i += 1
+    return "".join(ln for ln, k in zip(lines, keep) if k)
+
+
+@lru_cache(maxsize=512)
+def _echo_pattern(s: str) -> re.Pattern[str]:
+    """`s` word for word with any whitespace between its words."""
+    return re.compile(r"\s+".join(re.escape(w) for w in s.split()))
+
+
+def _prompt_texts(question: Question) -> list[str]:
+    """Text of the prompts an agent is shown that a completion may repeat, longest first."""
+    outro_head = PEERS_OUTRO.split("\n", 1)[0]
+    texts = [
+        tasks.render_question(question), question.question, STRUCTURE, *STRUCTURE.splitlines(),
+        tasks.format_instruction(question.kind), PEERS_INTRO, outro_head, "The original problem is:",
+        RECONSIDER, RECONSIDER_ALONE, ALONE, SYSTEM_PROMPT,
+    ]
+    if question.kind == "choice" and question.choices:
+        texts.append(tasks.render_question(question)[len(question.question):])  # the options list alone
+    texts = {t.strip() for t in texts if len(t.split()) >= 2}
+    return sorted(texts, key=len, reverse=True)
+
+
+def _drop_prompt_echo(text: str, question: Question) -> str:
+    """`text` without repeated prompt text: complete repeats anywhere, and one cut off at the end of the text."""
+    texts = _prompt_texts(question)
+    for t in texts:
+        text = _echo_pattern(t).sub("\n", text)
+    for t in texts:
+        words = t.split()
+        if len(words) <= _MIN_ECHO_TOKENS:
+            continue
+        starts = list(_echo_pattern(" ".join(words[:_MIN_ECHO_TOKENS])).finditer(text))
+        if not starts:
+            continue
+        last = starts[-1]
+        tail = text[last.start() :].split()
+        n = len(tail)
+        if n < len(words) and tail[:-1] == words[: n - 1] and words[n - 1].startswith(tail[-1]):
+            text = text[: last.start()]  # the text ends inside a repeat of `t`
+    return text
+
+
+def own_text(text: str, question: Question, truncated: bool = False) -> str:
+    """The agent's own part of a completion: `text` without the material it repeated from its prompt.
+
+    Removed: quoted peer answers — a line labelled "One agent's answer:", "The other agent's answer:", "Agent 2:",
+    "Answers from other agents:" or "These are the answers to the problem from other agents:" with what follows it
+    (its fenced block, else its answer block up to its "Final answer:" line, else its paragraph); a fenced block
+    holding an answer (a section header or a box; fenced code and its output stay); at the end of a completion cut
+    at the token limit, a fence that was never closed and all after it; and prompt text repeated word for word
+    (the question, its options, the format instructions, the layouts' fixed sentences), also when the cut fell
+    inside it. A bare fence right after the agent's own "Final answer:" line closes that answer (models copy the
+    peers' block format) and is dropped alone. The format instruction's example phrase ("for example \\boxed{B}")
+    is left to `tasks.extract_answer`, which never reads it as an answer.
+    """
+    return _drop_prompt_echo(_drop_quoted(text or "", truncated), question)
+
+
 def extract(text: str, question: Question, truncated: bool = False) -> str | None:
-    """The task extractor, applied to the "Final answer:" section first and then to the whole text.
+    """The agent's own answer: the task extractor applied to `own_text` — its "Final answer:" section first, then
+    the whole own text (the last box wins there). None when the agent only repeated others' answers or the
+    prompt, or when its final letter names no option of the question.
 
     ``truncated`` (the completion was cut at the token limit): only a marked answer counts — a complete
     `\\boxed{}` or an answer phrase ("Final answer:", "The answer is", "####"); otherwise there is no answer,
     rather than the last number or formula line of unfinished reasoning."""
+    own = own_text(text, question, truncated)
     if truncated:
-        return tasks.extract_answer(text or "", question.kind, question.choices, marked_only=True)
-    parsed = parse_sections(text)
+        return tasks.extract_answer(own, question.kind, question.choices, marked_only=True)
+    parsed = parse_sections(own)
     if parsed.final:
         ans = tasks.extract_answer(parsed.final, question.kind, question.choices)
         if ans is not None:
             return ans
-    return tasks.extract_answer(text or "", question.kind, question.choices)
+        if question.kind == "choice" and tasks.extract_answer(parsed.final, "choice") is not None:
+            return None  # a definite letter that is no option: not an earlier letter of the reasoning either
+    return tasks.extract_answer(own, question.kind, question.choices)
 
 
 # ---------------------------------------------------------------- prompts

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from dear.vote import VoteResult, key_correct, tally
+
 
 @dataclass
 class AgentTurn:
@@ -97,8 +99,8 @@ class DebateTrace:
     seed: int = 0
     protocol: str = ""
     rounds: list[list[AgentTurn]] = field(default_factory=list)  # rounds[r][agent]
-    final_answer: str | None = None  # normalised key chosen by the plurality vote
-    final_correct: bool = False
+    final_answer: str | None = None  # the vote's seeded pick among its leaders (the answer a user gets)
+    final_correct: bool = False  # that pick is correct (secondary accuracy)
     tie: bool = False
     vote_counts: dict[str, int] = field(default_factory=dict)
     failed: bool = False
@@ -110,11 +112,35 @@ class DebateTrace:
     discarded_rounds: list[list[AgentTurn]] = field(default_factory=list)
     extra_prompt_tokens: int = 0
     extra_completion_tokens: int = 0
+    # Expected correctness of the final vote over its tied leaders (dear.vote): the primary accuracy. None only
+    # in traces written before it was recorded (`final_expected` then recomputes it from the last round).
+    final_score: float | None = None
 
     @property
     def total_tokens(self) -> int:
         """Debaters' tokens only; `extra_tokens` holds what interventions cost on top."""
         return self.prompt_tokens + self.completion_tokens
+
+    def set_vote(self, v: VoteResult | None) -> None:
+        """Record the final vote (None: no trustworthy answer, e.g. a failed debate, which scores 0)."""
+        if v is None:
+            self.final_answer, self.final_correct, self.tie = None, False, False
+            self.vote_counts, self.final_score = {}, 0.0
+            return
+        self.final_answer, self.final_correct, self.tie = v.answer, bool(v.correct), bool(v.tie)
+        self.vote_counts, self.final_score = dict(v.counts), float(v.score)
+
+    @property
+    def final_expected(self) -> float:
+        """The primary accuracy of this debate: `final_score`, or for older traces the last round's plurality
+        score over tied leaders (0 for a failed debate)."""
+        if self.final_score is not None:
+            return float(self.final_score)
+        if self.failed or not self.rounds:
+            return 0.0
+        turns = self.rounds[-1]
+        return tally([t.answer_key for t in turns]).score(key_correct([t.answer_key for t in turns],
+                                                                      [t.correct for t in turns]))
 
     @property
     def extra_tokens(self) -> int:

@@ -3,6 +3,10 @@
 `extract_answer` looks, in order, at: the last complete `\\boxed{...}` (nested braces; also `\\boxed 5` and
 `\\fbox`), the last "Final answer: ... / The answer is ... / Answer: ... / #### ..." phrase, then a kind-specific
 fallback (last number for numeric/integer, a letter on the last line for choice, a bare formula for math).
+Before that it removes every echo of the format instruction's example phrase ("for example \\boxed{42}", see
+`FORMAT_EXAMPLES`): a model that repeats its prompt has not answered 42 by it (a box holding 42 elsewhere counts).
+With the question's `choices`, a letter must name one of its options (A.. for that many options): the last marked
+letter outside them (an `E` on a four-option question) makes the answer None rather than an earlier letter.
 It never raises: anything unusable gives None.
 
 `normalize_answer` maps an extracted answer to the key that plurality voting compares, so `1,000`, `$1000.00` and
@@ -19,6 +23,10 @@ from fractions import Fraction
 from dear.tasks.types import AnswerKind
 
 KINDS: tuple[str, ...] = ("numeric", "integer", "math", "choice")
+
+# The example answer each kind's format instruction shows ("..., for example \\boxed{42}."); the instruction in
+# dear.tasks.prompts is built from it, and extraction ignores the example where it stands in that phrase.
+FORMAT_EXAMPLES: dict[str, str] = {"numeric": "42", "integer": "42", "math": "\\frac{3}{4}", "choice": "B"}
 
 # Longest number token we turn into a value: longer ones are garbage, and Python refuses int <-> str
 # conversions past 4300 digits.
@@ -70,6 +78,20 @@ def _boxed_contents(text: str) -> list[str]:
             if tok:
                 out.append(tok.group(0))
     return [c for c in out if c.strip()]
+
+
+# "for example \\boxed{EX}" (also "e.g." and spacing variants), EX the kind's format example.
+_EXAMPLE_PHRASES: dict[str, re.Pattern[str]] = {
+    kind: re.compile(
+        r"(?:\bfor\s+example|\be\.g\.)[ \t,:]*\$?\\boxed\s*\{\s*" + re.escape(example) + r"\s*\}\$?", re.IGNORECASE
+    )
+    for kind, example in FORMAT_EXAMPLES.items()
+}
+
+
+def drop_format_example(text: str, kind: str) -> str:
+    """`text` without the format instruction's example phrase ("for example \\boxed{B}"), wherever it is echoed."""
+    return _EXAMPLE_PHRASES[kind].sub(" ", text)
 
 
 def _phrase_answer(text: str) -> str | None:
@@ -238,7 +260,17 @@ def _math_from_phrase(s: str) -> str:
     return re.split(r"\.\s+(?=[A-Z])", s, maxsplit=1)[0]
 
 
+def is_option(letter: str, choices: tuple[str, ...] | list[str] | None) -> bool:
+    """Whether `letter` names one of the options (A.. for len(choices)); any letter does without `choices`."""
+    if not choices:
+        return True
+    return len(letter) == 1 and 0 <= ord(letter.upper()) - 65 < len(choices)
+
+
 # ---------------------------------------------------------------- public API
+_NOT_AN_OPTION = "\x00not an option"  # internal marker: a definite letter that names no option
+
+
 def _from_candidate(cand: str, kind: str, choices) -> str | None:
     if kind in ("numeric", "integer"):
         return _find_number(cand)
@@ -246,6 +278,8 @@ def _from_candidate(cand: str, kind: str, choices) -> str | None:
         letter = _find_letter(cand)
         if letter is None and choices:
             letter = letter_for_text(cand, choices)
+        if letter is not None and not is_option(letter, choices):
+            return _NOT_AN_OPTION
         return letter
     out = _unwrap(cand)
     return out or None
@@ -256,6 +290,7 @@ def _extract(text: str, kind: str, choices, marked_only: bool = False) -> str | 
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
     if not isinstance(text, str) or not text.strip():
         return None
+    text = drop_format_example(text, kind)
     for box in reversed(_boxed_contents(text)):
         ans = _from_candidate(box, kind, choices)
         if ans is not None:
@@ -275,7 +310,8 @@ def _extract(text: str, kind: str, choices, marked_only: bool = False) -> str | 
     if kind == "choice":
         m = _LETTER_LINE.match(line)
         if m:
-            return m.group(1) or m.group(2)
+            letter = m.group(1) or m.group(2)
+            return letter if is_option(letter, choices) else None
         return letter_for_text(line, choices) if choices else None
     line = _unwrap(line)
     return line if _looks_like_formula(line) else None
@@ -288,13 +324,15 @@ def extract_answer(text: str, kind: AnswerKind, choices: tuple[str, ...] | None 
     ``marked_only``: only a `\\boxed{}` or an answer phrase counts, no last-number / last-line fallback (used
     for completions cut at the token limit, whose last number is a fragment of unfinished reasoning).
 
-    numeric/integer: a number token (`1000`, `-2.5`, `3/4`); choice: an upper-case letter (with `choices`,
-    an answer given as the option's text maps to its letter); math: the LaTeX answer string.
+    numeric/integer: a number token (`1000`, `-2.5`, `3/4`); choice: an upper-case letter (with `choices`, it
+    must be one of the options, and an answer given as the option's text maps to its letter); math: the LaTeX
+    answer string. The format instruction's example phrase ("for example \\boxed{B}") is never an answer.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
     try:
-        return _extract(text, kind, choices, marked_only)
+        ans = _extract(text, kind, choices, marked_only)
+        return None if ans == _NOT_AN_OPTION else ans
     except RecursionError:  # pragma: no cover - nothing here recurses; belt and braces for the contract
         return None
 

@@ -4,7 +4,8 @@
   they agree within 1e-9 relative, or when the prediction is the gold rounded to the decimals it shows
   (`21.67` for 21.666..., at least one decimal).
 - integer (AIME): both must be integers with the same value (`"025"` == `25`).
-- choice: letter compare (an answer given as the option's text maps to its letter).
+- choice: letter compare (an answer given as the option's text maps to its letter); a letter that names none of
+  the question's options (`E` with four) is no answer.
 - math (MATH-500): `math-verify` (parse + verify). Its timeouts use SIGALRM, which only works in the main thread,
   so they are switched off elsewhere (worker threads, Ray actors). A pure-Python big-integer computation cannot
   be interrupted by a signal either, so inputs that could blow up (long, deeply nested, power towers, huge
@@ -24,7 +25,7 @@ import time
 from fractions import Fraction
 from functools import lru_cache
 
-from dear.tasks.extract import letter_for_text, normalize_answer, parse_number
+from dear.tasks.extract import is_option, letter_for_text, normalize_answer, parse_number
 from dear.tasks.types import GradeResult, Question
 
 MV_TIMEOUT_S = 5
@@ -69,7 +70,7 @@ def _grade_choice(pred: str, question: Question) -> GradeResult:
     key = normalize_answer(pred, "choice")
     if key is None and question.choices:
         key = letter_for_text(pred, question.choices)
-    if key is None:
+    if key is None or not is_option(key, question.choices):  # a letter past the last option is no answer
         return GradeResult(False, "none", None)
     return GradeResult(key == question.gold.strip().upper(), "choice", key)
 
@@ -156,6 +157,22 @@ def _grade_math(pred: str, question: Question) -> GradeResult:
             if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                 raise
     return GradeResult(_string_check(key, gold_key), "string", key)
+
+
+def math_keys_equal(a: str, b: str) -> bool | None:
+    """Whether two normalised math keys are the same answer: equal strings or numbers, or math-verify's
+    equivalence in both directions. Inputs that could make sympy hang get the string/number check only;
+    None when math-verify raised or timed out (the caller decides what an undecided pair means)."""
+    if _string_check(a, b):
+        return True
+    if _too_risky(a) or _too_risky(b):
+        return False
+    try:
+        return _math_verify(a, b) and _math_verify(b, a)
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        return None
 
 
 # ---------------------------------------------------------------- public API

@@ -1,28 +1,33 @@
-"""The answer-format instruction of each answer kind (stated once, used by every method) and question rendering."""
+"""The answer-format instruction of each answer kind (stated once, used by every method) and question rendering.
+
+Each instruction ends with an example ("for example \\boxed{42}"); a completion that echoes that phrase has not
+answered with it (`dear.tasks.extract` drops the phrase before it looks for an answer)."""
 
 from __future__ import annotations
 
-from dear.tasks.extract import KINDS
+from dear.tasks.extract import FORMAT_EXAMPLES, KINDS
 from dear.tasks.types import AnswerKind, Question
 
-_INSTRUCTIONS: dict[str, str] = {
+_TEMPLATES: dict[str, str] = {
     "numeric": (
         "Solve the problem step by step. Give the final answer as a single number without units inside "
-        "\\boxed{}, for example \\boxed{42}."
+        "\\boxed{}, for example \\boxed{%s}."
     ),
     "integer": (
         "Solve the problem step by step. Give the final answer as a single integer inside \\boxed{}, "
-        "for example \\boxed{42}."
+        "for example \\boxed{%s}."
     ),
     "math": (
         "Solve the problem step by step. Give the final answer in simplest exact form, written in LaTeX inside "
-        "\\boxed{}, for example \\boxed{\\frac{3}{4}}."
+        "\\boxed{}, for example \\boxed{%s}."
     ),
     "choice": (
         "Think through the options step by step. Give the final answer as the letter of the single correct option "
-        "inside \\boxed{}, for example \\boxed{B}."
+        "inside \\boxed{}, for example \\boxed{%s}."
     ),
 }
+# The example is stated once (dear.tasks.extract.FORMAT_EXAMPLES): extraction ignores it inside this phrase.
+_INSTRUCTIONS: dict[str, str] = {kind: text % FORMAT_EXAMPLES[kind] for kind, text in _TEMPLATES.items()}
 
 
 def format_instruction(kind: AnswerKind) -> str:
@@ -30,6 +35,13 @@ def format_instruction(kind: AnswerKind) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
     return _INSTRUCTIONS[kind]
+
+
+def format_example(kind: AnswerKind) -> str:
+    """The example answer the kind's format instruction shows inside its "for example \\boxed{...}" phrase."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
+    return FORMAT_EXAMPLES[kind]
 
 
 def option_letters(n: int) -> list[str]:

@@ -1,0 +1,79 @@
+"""Re-grade a stored debate with today's parser, answer classes and vote, without calling any model.
+
+Every turn's answer is extracted again from its stored completion text (`prompts.extract`: the agent's own
+answer, never an echoed one; a letter that is not an option is no answer), normalised, grouped into the
+debate's answer classes in round/agent order (as the engine does while it runs) and graded against the gold
+answer. The final vote is then taken again over the last round: its score over tied leaders, and its seeded
+pick with the engine's own RNG (`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick.
+A trace that holds no vote (a stored round 0 that other debates continue) gets none.
+
+What the debate *did* does not change: prompts, completions, masks, sampling, tokens, and the reasoning and
+conclusion texts the regulator read stay as stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dear import tasks
+from dear.debate import prompts
+from dear.debate.engine import vote_seed_of
+from dear.debate.trace import AgentTurn, DebateTrace
+from dear.tasks.equivalence import AnswerClasses
+from dear.tasks.types import Question
+from dear.vote import vote
+
+def regrade_turn(turn: AgentTurn, question: Question, classes: AnswerClasses) -> AgentTurn:
+    """`turn` with its answer, key, grade and grader recomputed from its stored text."""
+    answer = None
+    if turn.error is None:
+        answer = prompts.extract(turn.text, question, truncated=turn.finish_reason == "length")
+    key = classes.canonical(tasks.normalize_answer(answer, question.kind)) if answer is not None else None
+    correct, grader = False, "none"
+    if answer is not None and question.gold:
+        g = tasks.grade(answer, question)
+        correct, grader = bool(g.correct), g.grader
+    return replace(turn, answer=answer, answer_key=key, correct=correct, grader=grader)
+
+
+def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int) -> DebateTrace:
+    """A copy of `trace` graded by today's rules (module docstring)."""
+    if question.id != trace.question_id:
+        raise ValueError(f"regrade_trace: trace of {trace.question_id!r} given question {question.id!r}")
+    classes = AnswerClasses(question.kind)
+    out = replace(trace, gold=question.gold, kind=question.kind,
+                  rounds=[[regrade_turn(t, question, classes) for t in turns] for turns in trace.rounds])
+    out.discarded_rounds = [[regrade_turn(t, question, classes) for t in turns]
+                            for turns in trace.discarded_rounds]
+    if trace.failed or not out.rounds:
+        out.set_vote(None)
+        return out
+    if trace.final_score is None and not trace.vote_counts:
+        return out  # never voted (a stored round 0 that later rounds continue), or nobody ever answered
+    last = out.rounds[-1]
+    rng = np.random.default_rng([vote_seed_of(engine_seed, trace.seed), len(out.rounds) - 1])
+    out.set_vote(vote([t.answer_key for t in last], [t.correct for t in last], rng))
+    return out
+
+
+@dataclass(frozen=True)
+class TraceChange:
+    """What re-grading changed in one debate."""
+
+    question_id: str
+    turns_changed: int  # turns whose extracted answer or grade changed
+    old_correct: bool  # the stored final (seeded pick) correctness
+    new_score: float  # ties as expected values
+    new_correct: bool  # the new seeded pick
+    old_final: str | None
+    new_final: str | None
+
+
+def change_of(old: DebateTrace, new: DebateTrace) -> TraceChange:
+    changed = sum(a.answer != b.answer or a.correct != b.correct
+                  for ta, tb in zip(old.rounds, new.rounds) for a, b in zip(ta, tb))
+    return TraceChange(question_id=old.question_id, turns_changed=changed, old_correct=bool(old.final_correct),
+                       new_score=new.final_expected, new_correct=bool(new.final_correct),
+                       old_final=old.final_answer, new_final=new.final_answer)

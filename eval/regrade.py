@@ -1,0 +1,233 @@
+"""`python -m eval.regrade`: grade committed results again from their stored completions, then rebuild their
+reports. No model is called.
+
+    python -m eval.regrade results/eval-gsm8k-n60-v2 results/eval-math500-n30-t2048 results/eval-gpqa-n30
+
+Each directory's traces are re-parsed with today's parser (the agent's own answer; a letter that is not an option
+is no answer), grouped by today's answer equivalence and voted again (`dear.debate.regrade`). Trace files are
+rewritten in place, atomically. What moved is kept in ``regrade.json`` beside them: the date, the changed turns
+and final votes per trace file, and the accuracy each method's report gave before its first re-grade (read from
+its ``summary.csv``), which the rebuilt report prints beside today's numbers. Running it again is a no-op apart
+from the date.
+
+Directories it knows:
+- an `eval.run` results directory (``run.json``): every ``traces/<benchmark>/*.jsonl`` (not the regulator
+  logs); its report is rebuilt by the last recorded command with ``--report-only``, and ``interventions.md``, if
+  present, by the command it names;
+- a layout comparison (`eval.layouts`, ``arms.jsonl`` + ``round0.jsonl``): its report is rebuilt from the records;
+- a debate corpus (`eval.corpus`, ``corpus.jsonl.gz``): the simulator fit and evidence match read it; rebuild
+  them with the commands their reports name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dear import tasks
+from dear.cli import run as run_cli
+from dear.debate.regrade import TraceChange, change_of, regrade_trace
+from dear.debate.trace import DebateTrace
+from dear.integrity import atomic_write_bytes, atomic_write_text, read_json
+from dear.tasks.equivalence import STATS
+from dear.tasks.types import Question
+from eval import interventions, layouts
+from eval import run as eval_run
+from eval.corpus import CORPUS_FILE, read_corpus
+from eval.report import REGRADE_RECORD, moved_note, read_regrade_record
+
+PROG = "python -m eval.regrade"
+
+
+class QuestionIndex:
+    """Questions by (task, id) over every split of a task, loaded once per task."""
+
+    def __init__(self) -> None:
+        self._by_task: dict[str, dict[str, Question]] = {}
+
+    def get(self, task: str, question_id: str) -> Question:
+        if task not in self._by_task:
+            spec = tasks.get_task(task)
+            index: dict[str, Question] = {}
+            for split in spec.splits:
+                index.update((q.id, q) for q in tasks.load(task, split=split))
+            self._by_task[task] = index
+        try:
+            return self._by_task[task][question_id]
+        except KeyError:
+            raise ValueError(f"question {question_id!r} is not in task {task!r}") from None
+
+
+def regrade_lines(lines: Iterable[str], engine_seed: int, questions: QuestionIndex, where: str,
+                  trace_of=lambda rec: rec, put_trace=None) -> tuple[list[str], list[TraceChange]]:
+    """Re-graded JSON lines and their changes. `trace_of(record)` finds the trace dict inside a record and
+    `put_trace(record, trace_dict)` puts the new one back (default: the record is the trace)."""
+    out, changes = [], []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            old = DebateTrace.from_dict(trace_of(rec))
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"{where}:{lineno}: not a stored debate: {e}") from None
+        new = regrade_trace(old, questions.get(old.task, old.question_id), engine_seed)
+        changes.append(change_of(old, new))
+        rec = new.to_dict() if put_trace is None else put_trace(rec, new.to_dict())
+        out.append(json.dumps(rec, ensure_ascii=False))
+    return out, changes
+
+
+def regrade_file(path: Path, engine_seed: int, questions: QuestionIndex, **kwargs) -> list[TraceChange]:
+    """Rewrite one JSONL file of traces (or of records holding traces) with re-graded traces."""
+    lines, changes = regrade_lines(path.read_text(encoding="utf-8").splitlines(), engine_seed, questions,
+                                   str(path), **kwargs)
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return changes
+
+
+def file_summary(changes: Sequence[TraceChange]) -> dict[str, Any]:
+    """What moved in one file: counts, and the debates whose final answer or its grade changed."""
+    return {"debates": len(changes), "turns_changed": sum(c.turns_changed for c in changes),
+            "debates_with_turns_changed": sum(c.turns_changed > 0 for c in changes),
+            "finals_changed": [asdict(c) for c in changes
+                               if c.old_final != c.new_final or c.old_correct != c.new_correct]}
+
+
+def _summary_accuracy(path: Path, columns: Sequence[str] = ("benchmark", "method")) -> dict[str, float]:
+    """{"benchmark/method": accuracy} of a summary.csv (the numbers a report published)."""
+    if not path.exists():
+        return {}
+    with path.open(encoding="utf-8") as f:
+        return {"/".join(row[c] for c in columns): float(row["accuracy"]) for row in csv.DictReader(f)
+                if row.get("accuracy") not in (None, "")}
+
+
+def write_record(root: Path, files: dict[str, dict[str, Any]], before: dict[str, float]) -> dict[str, Any]:
+    """regrade.json: the first re-grade's `before` accuracies are kept; each run appends its changes."""
+    path = root / REGRADE_RECORD
+    record = read_regrade_record(root) or {"before": before, "runs": []}
+    record["runs"].append({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "files": files,
+                           "math_equivalence_checks": STATS.checks, "math_equivalence_undecided": STATS.undecided})
+    atomic_write_text(path, json.dumps(record, indent=1))
+    return record
+
+
+# ---------------------------------------------------------------- directory kinds
+def regrade_eval_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
+    run_json = read_json(root / "run.json", "eval.run settings")
+    seed = int(run_json["settings"]["seed"])
+    before = _summary_accuracy(root / "summary.csv")
+    files = {}
+    for path in sorted((root / "traces").glob("*/*.jsonl")):
+        if path.name.endswith(".regulator.jsonl"):
+            continue
+        files[str(path.relative_to(root))] = file_summary(regrade_file(path, seed, questions))
+    record = write_record(root, files, before)
+    rebuild_eval_reports(root, run_json)
+    return record
+
+
+def _with_out(argv: list[str], root: Path) -> list[str]:
+    """`argv` with its `--out` value replaced by `root` (appended when absent)."""
+    argv = list(argv)
+    if "--out" in argv:
+        argv[argv.index("--out") + 1] = str(root)
+        return argv
+    return [*argv, "--out", str(root)]
+
+
+def rebuild_eval_reports(root: Path, run_json: dict[str, Any]) -> None:
+    command = run_json["commands"][-1]
+    eval_run.main([*_with_out(shlex.split(command.removeprefix("python -m eval.run ")), root), "--report-only"])
+    inter = root / "interventions.md"
+    if inter.exists():
+        line = next(ln for ln in inter.read_text(encoding="utf-8").splitlines() if ln.startswith("Command: "))
+        argv = shlex.split(line.removeprefix("Command: ").strip("`").removeprefix("python -m eval.interventions "))
+        interventions.main(_with_out(argv, root))
+
+
+def regrade_layout_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
+    settings = read_json(root / "settings.json", "layout settings")
+    seed = int(settings.get("seed", 0))
+    before = _summary_accuracy(root / "summary.csv", ("arm",))
+
+    def trace_of(rec: dict) -> dict:
+        return rec["trace"]
+
+    def put_trace(rec: dict, trace: dict) -> dict:
+        return {**rec, "trace": trace}
+
+    files = {"round0.jsonl": file_summary(regrade_file(root / "round0.jsonl", seed, questions)),
+             "arms.jsonl": file_summary(regrade_file(root / "arms.jsonl", seed, questions, trace_of=trace_of,
+                                                     put_trace=put_trace))}
+    record = write_record(root, files, before)
+    rebuild_layout_report(root, settings, record)
+    return record
+
+
+def rebuild_layout_report(root: Path, settings: dict[str, Any], record: dict[str, Any]) -> None:
+    """`eval.layouts --report-only` with the stored settings, then the "what moved" note appended."""
+    flags = {"task": "--task", "split": "--split", "data_seed": "--data-seed", "seed": "--seed", "llm": "--llm",
+             "n_agents": "--n-agents", "n_rounds": "--n-rounds", "max_tokens": "--max-tokens", "n_ctx": "--n-ctx",
+             "parallel": "--parallel", "chunk": "--chunk", "temperature": "--temperature", "top_p": "--top-p"}
+    argv = [x for k, flag in flags.items() for x in (flag, str(settings[k]))]
+    layouts.main([*argv, "--out", str(root), "--report-only"])
+    with (root / "summary.csv").open(encoding="utf-8") as f:
+        accuracy = {row["arm"]: (float(row["accuracy"]), float("nan")) for row in csv.DictReader(f)}
+    summary = root / "summary.md"
+    text = summary.read_text(encoding="utf-8").rstrip("\n")
+    atomic_write_text(summary, text + "\n\n" + "\n".join(moved_note(record, accuracy)))
+
+
+def regrade_corpus_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
+    """A debate corpus (`eval.corpus`): every record's trace, the gzip file rewritten one member per record as
+    `eval.corpus` writes it. The fit and evidence reports built from it are rebuilt by their own commands."""
+    settings = read_json(root / "settings.json", "corpus settings")
+    path = root / CORPUS_FILE
+    records = read_corpus(path)
+    lines, changes = regrade_lines([json.dumps(r) for r in records], int(settings.get("seed", 0)), questions,
+                                   str(path), trace_of=lambda rec: rec["trace"],
+                                   put_trace=lambda rec, trace: {**rec, "trace": trace})
+    atomic_write_bytes(path, b"".join(gzip.compress((line + "\n").encode("utf-8"), mtime=0) for line in lines))
+    return write_record(root, {CORPUS_FILE: file_summary(changes)}, {})
+
+
+def regrade_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such results directory")
+    if (root / "run.json").exists() and (root / "traces").is_dir():
+        return regrade_eval_dir(root, questions)
+    if (root / "arms.jsonl").exists():
+        return regrade_layout_dir(root, questions)
+    if (root / CORPUS_FILE).exists():
+        return regrade_corpus_dir(root, questions)
+    raise ValueError(f"{root}: not an eval.run results directory (run.json + traces/), a layout comparison "
+                     f"(arms.jsonl) or a debate corpus ({CORPUS_FILE})")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("dirs", nargs="+", type=Path, help="results directories (eval.run or eval.layouts)")
+    a = p.parse_args(argv)
+    questions = QuestionIndex()
+    for root in a.dirs:
+        record = regrade_dir(root, questions)
+        run = record["runs"][-1]
+        turns = sum(f["turns_changed"] for f in run["files"].values())
+        finals = sum(len(f["finals_changed"]) for f in run["files"].values())
+        print(f"{root}: {turns} turns and {finals} final votes changed in {len(run['files'])} trace files; "
+              f"report rebuilt")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, PROG)
