@@ -473,13 +473,17 @@ class JointPolicy(nn.Module):
         raw = dist.mean if deterministic else dist.sample()
         return raw, dist.log_prob(raw), dist.entropy()
 
-    def evaluate_behavior(self, behavior_obs: torch.Tensor, raw_behavior: torch.Tensor):
-        """(logp (B,), entropy (B,)) of stored raw samples (B, V, 2); zeros for behavior_mode="fixed"."""
+    def evaluate_behavior(self, behavior_obs: torch.Tensor, raw_behavior: torch.Tensor, per_dim: bool = False):
+        """(logp (B,), entropy (B,)) of stored raw samples (B, V, 2); zeros for behavior_mode="fixed".
+        `per_dim`: logp per agent and dimension, (B, 2V) agent-major, instead of their sum."""
         if self.config.behavior_mode != "learned":
             zeros = behavior_obs.new_zeros(behavior_obs.shape[0])
-            return zeros, zeros
+            return (zeros.unsqueeze(-1) if per_dim else zeros), zeros
         dist = self.behavior.distribution(behavior_obs)
-        return dist.log_prob(raw_behavior.to(behavior_obs.dtype)), dist.entropy()
+        raw = raw_behavior.to(behavior_obs.dtype)
+        if per_dim:
+            return dist.base_dist.log_prob(raw).reshape(raw.shape[0], -1), dist.entropy()
+        return dist.log_prob(raw), dist.entropy()
 
     # -- joint -------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -52,6 +52,11 @@ def test_rows_labels_and_resume(tmp_path, capsys):
     assert _main(out) == 0 and (out / "rows.jsonl").read_text() == before
     with pytest.raises(SystemExit, match="episodes"):  # other settings are refused, naming the key
         _main(out, "--episodes", "8")
+    # another seed is not another setting: it adds its row, the others stay as they were
+    lc.main(["--config", "sim-stylised", "--seeds", "1,2", "--out", str(out), "--episodes", "16",
+             "--select-episodes", "8", "--grid-p", "0,1", "--grid-t", "0.1", "--grid-top-p", "0.9", *TINY])
+    grown = (out / "rows.jsonl").read_text()
+    assert grown.startswith(before) and [json.loads(x)["key"] for x in grown.splitlines()][-1] == "dear-2"
 
 
 def test_mad_row_is_the_full_mesh_at_the_configs_sampling(tmp_path):

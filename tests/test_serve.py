@@ -27,8 +27,10 @@ openai = pytest.importorskip("openai")  # the dev extra installs it; without it 
 from dear.tasks.synthetic import load_synthetic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false"}
+# The servers' environment: no API key unless a test sets one, and one llama.cpp thread (the machine is shared).
+ENV = {**{k: v for k, v in os.environ.items() if k != "DEAR_API_KEY"}, "PYTHONPATH": str(ROOT),
+       "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "DEAR_LLAMA_THREADS": os.environ.get("DEAR_LLAMA_THREADS", "1")}
 
 
 def free_port() -> int:
@@ -40,10 +42,11 @@ def free_port() -> int:
 class Proc:
     """A server subprocess with its log file; `wait_ready` polls a URL until it answers."""
 
-    def __init__(self, args: list[str], log: Path):
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
         self.log_path = log
         self._log = open(log, "w")
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, cwd=ROOT, env={**ENV, **(env or {})}, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
 
     def wait_ready(self, url: str, ok=(200,), timeout: float = 180) -> httpx.Response:
         deadline = time.monotonic() + timeout
@@ -70,10 +73,11 @@ class Proc:
 
 
 @contextmanager
-def dear_server(policy: Path, llm: str, tmp: Path, *extra: str, health_ok=(200,)):
+def dear_server(policy: Path, llm: str, tmp: Path, *extra: str, health_ok=(200,),
+                env: dict[str, str] | None = None):
     port = free_port()
     proc = Proc([sys.executable, "-m", "dear.serve", "--policy", str(policy), "--llm", llm, "--port", str(port),
-                 "--log-level", "warning", *extra], tmp / f"serve-{port}.log")
+                 "--log-level", "warning", *extra], tmp / f"serve-{port}.log", env)
     try:
         proc.wait_ready(f"http://127.0.0.1:{port}/health", ok=health_ok)
         yield f"http://127.0.0.1:{port}"
@@ -96,20 +100,23 @@ def client(base: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory) -> Path:
-    """A policy exported from a one-iteration HAPPO run on the synthetic debaters."""
+def export_sim_policy(tmp: Path) -> Path:
+    """A policy exported from a one-iteration HAPPO run on the synthetic debaters (in `tmp`)."""
     from dear.export import export_checkpoint
     from train.config import load_config
     from train.happo import Trainer
 
-    tmp = tmp_path_factory.mktemp("sim-run")
     cfg = load_config("sim-stylised", [f"run.out_dir={tmp}", "logging.progress=false", "rollout.num_workers=0",
                               "rollout.envs_per_worker=8", "rollout.episodes_per_iter=8", "run.iterations=1"])
     trainer = Trainer(cfg, run_dir=tmp / "run")
     trainer.train()
     trainer.close()
     return export_checkpoint(tmp / "run", tmp / "policy")
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> Path:
+    return export_sim_policy(tmp_path_factory.mktemp("sim-run"))
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +249,8 @@ def test_bad_requests_get_400_naming_the_problem(sim_server):
     user = [{"role": "user", "content": q}]
     cases = [
         (b'{"model": "dear", "messages": [', 400, "malformed JSON"),
+        (b'{"model": "dear", "seed": ' + b"9" * 5000 + b"}", 400, "an integer of 5000 digits"),  # not a 500
+        (b"[" * 100_000, 400, "nested too deeply"),  # not a 500
         (["not", "an", "object"], 400, "JSON object"),
         ({"model": "dear"}, 400, "'messages'"),
         ({"model": "dear", "messages": "hello"}, 400, "'messages'"),

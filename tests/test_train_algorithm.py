@@ -241,3 +241,40 @@ def test_nan_loss_raises():
     batch.state[0, 0, 0] = float("nan")
     with pytest.raises(FloatingPointError, match="state"):
         learner.update(batch, torch.Generator().manual_seed(0))
+
+
+def test_mappo_updates_each_agent_on_the_plain_advantage():
+    learner = _learner(algorithm="mappo")
+    batch = _batch(learner)
+    before = {k: v.clone() for k, v in _params(learner.policy).items()}
+    learner.update(batch, torch.Generator().manual_seed(0))
+    assert set(learner.last_factors) == {"selection", "behavior"}
+    assert all(torch.equal(f, torch.ones_like(f)) for f in learner.last_factors.values())  # no HAPPO factor
+    changed = {k.split(".")[0] for k, v in _params(learner.policy).items() if not torch.equal(v, before[k])}
+    assert changed == {"selection", "behavior"}
+    happo = _learner()
+    happo.update(_batch(happo), torch.Generator().manual_seed(0))
+    assert not torch.equal(happo.last_factors["behavior"], torch.ones_like(happo.last_factors["behavior"]))
+
+
+def test_ppo_updates_both_actors_as_one_agent_on_the_joint_ratio():
+    learner = _learner(algorithm="ppo")
+    batch = _batch(learner)
+    before = {k: v.clone() for k, v in _params(learner.policy).items()}
+    stats = learner.update(batch, torch.Generator().manual_seed(0))
+    assert list(learner.last_factors) == ["joint"] and "losses/joint/policy_loss" in stats
+    changed = {k.split(".")[0] for k, v in _params(learner.policy).items() if not torch.equal(v, before[k])}
+    assert changed == {"selection", "behavior"}
+
+
+def test_per_dimension_behavior_ratios_clip_each_dimension_and_pass_on_the_joint_factor():
+    learner = _learner(behavior_ratio="per_dim", agent_order="fixed")
+    batch = _batch(learner)
+    before = learner.policy.behavior.net[-1].bias.detach().clone()
+    stats = learner.update(batch, torch.Generator().manual_seed(0))
+    assert not torch.equal(learner.policy.behavior.net[-1].bias, before)
+    assert math.isfinite(stats["losses/behavior/policy_loss"]) and 0 <= stats["losses/behavior/clipfrac"] <= 1
+    lp, _ = learner.policy.evaluate_behavior(batch.flat("behavior_obs"), batch.flat("raw_behavior"), per_dim=True)
+    joint, _ = learner.policy.evaluate_behavior(batch.flat("behavior_obs"), batch.flat("raw_behavior"))
+    assert lp.shape == (batch.flat("raw_behavior").shape[0], 2 * V)
+    assert torch.allclose(lp.sum(-1), joint, atol=1e-5)  # the dimensions' log-probs sum to the joint one

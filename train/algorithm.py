@@ -5,6 +5,11 @@ behavior acts on the chosen topology). The first agent maximises the clipped PPO
 normalised advantage Â; every later agent maximises it on M·Â, where M is the product of the
 already-updated agents' probability ratios new/old over the same batch (detached). Each agent has
 ONE joint action per step (all pairs / all V LLM agents together), so each contributes one ratio.
+
+Two ablations share the code (`happo.algorithm`): "mappo" updates the agents one after another without the
+factor (M = 1 for every agent: each maximises the clipped objective on Â alone, as MAPPO's independent
+ratios), and "ppo" treats the two as one agent with the joint ratio π_sel·π_beh, one clip and one step of
+both optimisers (single-agent PPO on the joint action).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from train.config import HAPPOConfig
 from train.valuenorm import ValueNorm
 
 AGENTS = ("selection", "behavior")
+ALGORITHMS = ("happo", "mappo", "ppo")
 
 
 @dataclass
@@ -32,6 +38,20 @@ class AgentSpec:
     old_logp: torch.Tensor  # (N,) log-probs at rollout time
     evaluate: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # idx -> (logp (n,), entropy (n,))
     ent_coef: float
+    optimizers: tuple[str, ...] = ()  # the optimizers it steps (default: the one named like the agent)
+    per_dim: bool = False  # `evaluate` gives (n, D) log-probs: one clipped ratio per action dimension
+
+
+def joint_agent(agents: list[AgentSpec]) -> AgentSpec:
+    """Several agents as one (single-agent PPO): summed log-probs (the joint ratio), entropies weighted by each
+    agent's coefficient, every member's parameters and optimizer."""
+
+    def evaluate(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = [a.evaluate(idx) for a in agents]
+        return sum(lp for lp, _ in out), sum(a.ent_coef * ent for a, (_, ent) in zip(agents, out))
+
+    return AgentSpec("joint", nn.ModuleList([a.module for a in agents]), sum(a.old_logp for a in agents), evaluate,
+                     1.0, tuple(a.name for a in agents))
 
 
 def happo_factor(new_logps: list[torch.Tensor], old_logps: list[torch.Tensor]) -> torch.Tensor:
@@ -122,6 +142,8 @@ class HAPPO:
     def _agents(self, batch: RolloutBatch) -> dict[str, AgentSpec]:
         sel_obs, pairs = batch.flat("selection_obs"), batch.flat("pairs")
         beh_obs, raw = batch.flat("behavior_obs"), batch.flat("raw_behavior")
+        # per-dimension ratios for the behavior agent (single-agent PPO keeps one joint ratio)
+        per_dim = self.cfg.behavior_ratio == "per_dim" and self.cfg.algorithm != "ppo"
         return {
             "selection": AgentSpec(
                 "selection", self.policy.selection, batch.flat("logp_selection"),
@@ -129,7 +151,8 @@ class HAPPO:
             ),
             "behavior": AgentSpec(
                 "behavior", self.policy.behavior, batch.flat("logp_behavior"),
-                lambda idx: self.policy.evaluate_behavior(beh_obs[idx], raw[idx]), self.cfg.ent_coef_behavior,
+                lambda idx: self.policy.evaluate_behavior(beh_obs[idx], raw[idx], per_dim),
+                self.cfg.ent_coef_behavior, per_dim=per_dim,
             ),
         }
 
@@ -154,12 +177,20 @@ class HAPPO:
         factor = torch.ones(n, device=self.device)
         self.last_factors = {}
         order = self.agent_order(generator)
+        if cfg.algorithm == "ppo" and len(order) > 1:
+            agents["joint"] = joint_agent([agents[name] for name in order])
+            order = ["joint"]
         for position, name in enumerate(order):
             agent = agents[name]
             self.last_factors[name] = factor.clone()
-            opt = self.optimizers[name]
+            opts = [self.optimizers[k] for k in (agent.optimizers or (name,))]
             params = list(agent.module.parameters())
             weighted_adv = factor * adv
+            old_logp = agent.old_logp
+            if agent.per_dim:  # per-dimension log-probs before this agent's update: the rollout's, per dimension
+                with torch.no_grad():
+                    old_logp = agent.evaluate(torch.arange(n, device=self.device))[0]
+                weighted_adv = weighted_adv.unsqueeze(-1)
             epochs_run = 0
             for _epoch in range(cfg.update_epochs):
                 epochs_run += 1
@@ -167,15 +198,17 @@ class HAPPO:
                 for idx in self._minibatches(n, generator):
                     idx = idx.to(self.device)
                     logp, entropy = agent.evaluate(idx)
-                    pg_loss, diag = clipped_surrogate(logp, agent.old_logp[idx], weighted_adv[idx], cfg.clip_coef)
+                    pg_loss, diag = clipped_surrogate(logp, old_logp[idx], weighted_adv[idx], cfg.clip_coef)
                     ent = entropy.mean()
                     loss = pg_loss - agent.ent_coef * ent
                     if not torch.isfinite(loss):
                         raise FloatingPointError(f"non-finite {name} policy loss ({loss.item()})")
-                    opt.zero_grad()
+                    for opt in opts:
+                        opt.zero_grad()
                     loss.backward()
                     grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    opt.step()
+                    for opt in opts:
+                        opt.step()
                     kls.append(diag["approx_kl"])
                 if cfg.target_kl is not None and torch.stack(kls).mean() > cfg.target_kl:
                     break
@@ -183,8 +216,11 @@ class HAPPO:
             with torch.no_grad():
                 all_idx = torch.arange(n, device=self.device)
                 new_logp, entropy = agent.evaluate(all_idx)
-                pg_loss, diag = clipped_surrogate(new_logp, agent.old_logp, weighted_adv, cfg.clip_coef)
-                factor = factor * happo_factor([new_logp], [agent.old_logp])
+                pg_loss, diag = clipped_surrogate(new_logp, old_logp, weighted_adv, cfg.clip_coef)
+                if agent.per_dim:  # the next agent's factor is the joint ratio
+                    new_logp, old_logp = new_logp.sum(-1), old_logp.sum(-1)
+                if cfg.algorithm == "happo":  # MAPPO: every agent on Â alone
+                    factor = factor * happo_factor([new_logp], [old_logp])
             p = f"losses/{name}/"
             stats.update({
                 p + "policy_loss": pg_loss.item(),

@@ -192,6 +192,12 @@ class HAPPOConfig:
     obs_norm: bool = False  # running per-feature standardisation of actor/critic inputs (dear.policy.RunningNorm)
     target_kl: float | None = None  # early stop of an agent's epochs when approx-KL exceeds it
     agent_order: Literal["fixed", "random"] = "fixed"  # fixed = selection then behavior (DESIGN §6)
+    # happo = sequential updates with the ratio factor (Kuba et al.); ablations: mappo (no factor), ppo (one
+    # agent, the joint ratio of both actors)
+    algorithm: Literal["happo", "mappo", "ppo"] = "happo"
+    # joint = one ratio for the behavior's whole action (all agents x 2 dims, as HARL's product); per_dim = a
+    # clipped ratio per agent and dimension, so one clip does not cap every dimension's step at once
+    behavior_ratio: Literal["joint", "per_dim"] = "joint"
 
 
 @dataclass

@@ -6,8 +6,8 @@ fixed policy, with accuracy, tokens and the training objective, over training se
 
 The learning suite (`--worlds`) is a set of worlds whose best policies differ (DESIGN §6b, `WORLDS`): the world
 fitted to real debates (reading nobody is best), the stylised world (a temperature bound is best), a world where
-debate pays (reading every peer is best) and one where the best policy depends on the state (read only where
-agents disagree). A learner that works reaches each world's best fixed policy from its default settings, and
+debate pays (the best fixed policy reads most peers) and one where the best policy depends on the state (read
+only where agents disagree). A learner that works reaches each world's best fixed policy from its default settings, and
 beats it where the optimum depends on the state.
 
 All rows of a world are evaluated on the same held-out debates (the test split, `--episodes` debates from
@@ -71,7 +71,7 @@ class World:
 WORLDS: dict[str, World] = {
     "fitted": World("sim", "read nobody (the round-0 majority): exchange rounds do not pay in the fitted world"),
     "stylised": World("sim-stylised", "read nobody at the lowest temperature"),
-    "debate-pays": World("sim-debate-pays", "read every peer: reading disagreeing peers fixes wrong agents"),
+    "debate-pays": World("sim-debate-pays", "read many peers: exchanges fix wrong agents (MAD far above round 0)"),
     "state-dependent": World("sim-state-dependent", "read only where agents disagree: no fixed policy is optimal"),
 }
 TOLERANCE = 0.005  # DEAR reaches a world's best fixed policy when its objective is at most this much below
@@ -180,6 +180,7 @@ class CheckDir:
         saved = out / "settings.json"
         if saved.exists():
             old = json.loads(saved.read_text())
+            old.pop("seeds", None)  # checks written before seeds could be added later stored them
             if old != settings:
                 diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
                 raise SystemExit(f"{PROG}: error: {out} holds a check with other settings ({', '.join(diff)}); "
@@ -202,7 +203,8 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
               eval_seed: int, grid: Sequence[FixedPolicy], select_episodes: int, command: str) -> list[dict]:
     base = load_config(cfg_name, [*overrides, "logging.progress=false"])
     cost = base.env.token_cost
-    settings = {"config": cfg_name, "overrides": list(overrides), "seeds": list(seeds), "episodes": episodes,
+    # The seeds are not a setting: each seed is its own row, so a later run may add seeds to a check.
+    settings = {"config": cfg_name, "overrides": list(overrides), "episodes": episodes,
                 "eval_seed": eval_seed, "grid": [dataclasses.asdict(g) for g in grid],
                 "select_episodes": select_episodes, "llm": base.llm.backend_spec(), "token_cost": cost,
                 "resolved_config": json.loads(json.dumps(base.to_dict(), default=str))}  # a config file edited since
@@ -221,7 +223,8 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
                         "rollout/mask_density": math.nan, "rollout/mean_temperature": math.nan})
         cpu = time.process_time() - t0
         if "round0" not in done:
-            run.add("round0", _row("round-0 majority", "round0", r0, eps=eps, cost=cost, cpu_s=cpu, round0=True))
+            # round 0 is the MAD debates' own first round: its CPU time is counted once, on the MAD row
+            run.add("round0", _row("round-0 majority", "round0", r0, eps=eps, cost=cost, round0=True))
         if "mad" not in done:
             run.add("mad", _row("MAD", "mad", m, mad(base).label, eps, cost, cpu))
     if "best-fixed" not in done:

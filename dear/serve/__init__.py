@@ -11,5 +11,8 @@ Each request runs one DEAR-regulated debate on its last user message. The voted 
 message; `dear` holds every round's answers per agent, the regulator's masks and sampling; `usage` is the
 debate's total. `stream: true` sends each round as it finishes, then the answer. Requests that overlap in
 time share the backend's batches (`dear.serve.scheduler`). The request fields used, ignored and rejected
-are listed in `dear.serve.schemas`; the whole contract is in docs/SERVING.md.
+are listed in `dear.serve.schemas`; the whole contract is in docs/SERVING.md. With `--api-key` (or
+DEAR_API_KEY) every endpoint but /health needs `Authorization: Bearer KEY` (the clients' `api_key`); request
+bodies over `--max-body-size` get 413, and a question too long for the backend's context 400 before any agent
+runs.
 """

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
+import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +19,7 @@ from dear.deprecation import add_renamed_flags
 from dear.export import ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
-from dear.serve.app import ServeSettings, create_app
+from dear.serve.app import DEFAULT_MAX_BODY_SIZE, ServeSettings, create_app
 from dear.serve.scheduler import DebateScheduler
 
 
@@ -30,6 +33,40 @@ def _llm_option(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"--llm-option {text!r}: unreadable value: {e}") from None
 
 
+API_KEY_ENV = "DEAR_API_KEY"
+
+
+_SIZE = re.compile(r"\s*(\d+)\s*(k|m|g)?(?:i?b)?\s*", re.I)
+
+
+def _byte_size(text: str) -> int:
+    """A size in bytes: 4194304, or with a binary suffix: 64KiB, 4MiB, 1GiB (also K, M, G)."""
+    m = _SIZE.fullmatch(text)
+    if m is None or int(m.group(1)) < 1:
+        raise argparse.ArgumentTypeError(f"need a size of at least 1 byte such as 4194304 or 4MiB, got {text!r}")
+    return int(m.group(1)) * 1024 ** (" kmg".index((m.group(2) or " ").lower()))
+
+
+def exposed(host: str) -> bool:
+    """Whether binding `host` makes the server reachable from other machines (anything but loopback)."""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it resolves to something other than loopback, as far as we know
+        return True
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning printed at start when the server listens beyond loopback without an API key."""
+    if api_key or not exposed(host):
+        return None
+    where = "all interfaces" if host in ("0.0.0.0", "::", "") else host
+    return (f"warning: listening on {where} without an API key: anyone who can reach this port can run "
+            f"debates on this machine's backend; set {API_KEY_ENV} (or --api-key) to require "
+            f"'Authorization: Bearer <key>'")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m dear.serve", description=package_doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,6 +74,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--llm", default="local", help="backend spec: local | smoke | sim | openai:URL#model | vllm:MODEL")
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every endpoint but /health (default: the "
+                        f"{API_KEY_ENV} environment variable, which other users cannot read from the process "
+                        f"list; unset: no key)")
+    p.add_argument("--max-body-size", type=_byte_size, default=DEFAULT_MAX_BODY_SIZE, metavar="BYTES",
+                   help="largest request body accepted, in bytes or with a suffix such as 64KiB or 4MiB; "
+                        "larger ones get 413 (default 4MiB)")
     p.add_argument("--model-name", default="dear", help="the model name clients send (default dear)")
     p.add_argument("--kind", default="numeric", choices=tasks.KINDS,
                    help="answer kind when a request names none (default numeric)")
@@ -62,6 +106,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.max_active < 1 or a.max_queue < 1:
         p.error("--max-active and --max-queue must be >= 1")
+    if a.api_key is not None:
+        a.api_key = a.api_key.strip()
+        if not a.api_key:
+            p.error(f"--api-key / {API_KEY_ENV} is empty")
     return a
 
 
@@ -101,8 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    app = create_app(scheduler, ServeSettings(model_name=a.model_name, default_kind=a.kind))
-    print(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}) on http://{a.host}:{a.port}/v1", flush=True)
+    app = create_app(scheduler, ServeSettings(model_name=a.model_name, default_kind=a.kind, api_key=a.api_key,
+                                              max_body_size=a.max_body_size))
+    warning = exposure_warning(a.host, a.api_key)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    print(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}) on http://{a.host}:{a.port}/v1"
+          f"{' (API key required)' if a.api_key else ''}", flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level)
     return 0
 

@@ -1,25 +1,32 @@
 """The Starlette app: POST /v1/chat/completions, GET /v1/models, GET /health (run by uvicorn, see __main__).
 
-Status codes: 400 bad request (malformed JSON, wrong types, no user message, unsupported parameter), 404 unknown
-model, 429 queue full, 503 backend unavailable or failing (with the backend's error as the reason), 500 a bug.
-Errors use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`, so the official clients raise
-them with the message.
+Status codes: 400 bad request (malformed JSON, wrong types, no user message, unsupported parameter, a seed
+out of range, a question too long for the backend's context: code `context_length_exceeded`), 401 missing or
+wrong API key (when the server has one; `/health` needs none), 404 unknown model, 413 request body over
+`max_body_size`, 429 queue full, 503 backend unavailable or failing (with the backend's error as the reason),
+500 a bug. Errors use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`, so the official
+clients raise them with the message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -36,6 +43,7 @@ from dear.serve.schemas import (
     usage_json,
 )
 from dear.serve.scheduler import (
+    ContextTooLong,
     DebateDone,
     DebateFailed,
     DebateJob,
@@ -44,18 +52,30 @@ from dear.serve.scheduler import (
     QueueFull,
     RoundDone,
     Unavailable,
+    is_context_error,
 )
 from dear.tasks import KINDS
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT = f"dear-{dear.__version__}"
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024  # bytes of one request body (4 MiB)
+OPEN_PATHS = ("/health",)  # answered without the API key
 
 
 @dataclass(frozen=True)
 class ServeSettings:
     model_name: str = "dear"  # what clients pass as `model`
     default_kind: str = "numeric"  # answer kind when the request names none
+    # When set, every path but OPEN_PATHS needs `Authorization: Bearer <api_key>` (never shown in the repr).
+    api_key: str | None = field(default=None, repr=False)
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE  # larger request bodies get 413
+
+    def __post_init__(self):
+        if self.max_body_size < 1:
+            raise ValueError(f"max_body_size must be >= 1 byte, got {self.max_body_size}")
+        if self.api_key is not None and (not self.api_key or self.api_key != self.api_key.strip()):
+            raise ValueError("the API key must be non-empty, without leading or trailing whitespace")
 
 
 def _error(status: int, message: str, type_: str, param: str | None = None, code: str | None = None,
@@ -70,6 +90,82 @@ def _request_error(e: RequestError) -> JSONResponse:
 
 def _unavailable(reason: str) -> JSONResponse:
     return _error(503, reason, "backend_unavailable", code="backend_unavailable", headers={"Retry-After": "5"})
+
+
+def _context_exceeded(message: str) -> JSONResponse:
+    return _error(400, message, "invalid_request_error", "messages", "context_length_exceeded")
+
+
+def _debate_failed(error: str | None) -> JSONResponse:
+    """A debate the backend failed: 400 when it refused the prompt as too long for its context (the request's
+    fault), else 503 (the backend's)."""
+    if is_context_error(error):
+        return _context_exceeded(f"the backend refused the debate's prompt as too long for its context: {error}")
+    return _unavailable(f"the backend failed during the debate: {error}")
+
+
+_MAX_INT_DIGITS = 100  # JSON integers longer than this are refused before int() (its cost grows quadratically)
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {_MAX_INT_DIGITS})")
+    return int(text)
+
+
+class _BodyTooLarge(Exception):
+    def __init__(self, limit: int, size: int | None):
+        self.limit, self.size = limit, size
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (_BodyTooLarge) as soon as it is known to exceed `limit` bytes: from its
+    Content-Length before reading anything, else while it streams in (chunked uploads).
+
+    Starlette >= 1.6 has `max_body_size`, but its 413 is plain text, not OpenAI's error body, and the serve
+    extra supports Starlette from 0.40 (the GPU image's is pinned by vLLM's)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLarge(limit, int(declared))
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge(limit, None)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(e: _BodyTooLarge) -> JSONResponse:
+    size = f"{e.size} bytes" if e.size is not None else f"more than {e.limit} bytes"
+    return _error(413, f"the request body is {size}; this server accepts at most {e.limit} bytes "
+                       f"(--max-body-size)", "invalid_request_error", code="request_too_large",
+                  headers={"Connection": "close"})
+
+
+class _BearerKey(AuthenticationBackend):
+    """`Authorization: Bearer <key>` on every path but OPEN_PATHS; keys compared in constant time (as SHA-256
+    digests, so not even the length of the key shows in the timing)."""
+
+    def __init__(self, key: str):
+        self._digest = hashlib.sha256(key.encode()).digest()
+
+    async def authenticate(self, conn: HTTPConnection):
+        if conn.scope.get("path") in OPEN_PATHS:
+            return None
+        scheme, _, token = conn.headers.get("authorization", "").strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise AuthenticationError("missing API key: this server needs the header "
+                                      "'Authorization: Bearer <key>' (OpenAI clients send it from their api_key)")
+        if not hmac.compare_digest(hashlib.sha256(token.encode()).digest(), self._digest):
+            raise AuthenticationError("incorrect API key provided")
+        return AuthCredentials(["authenticated"]), SimpleUser("client")
+
+
+def _unauthorized(conn: HTTPConnection, e: AuthenticationError) -> Response:
+    return _error(401, str(e), "invalid_request_error", code="invalid_api_key",
+                  headers={"WWW-Authenticate": "Bearer"})
 
 
 class _Listener:
@@ -116,9 +212,13 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
 
     async def chat(request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            body = json.loads(await _read_body(request, settings.max_body_size), parse_int=_parse_int)
+        except _BodyTooLarge as e:
+            return _too_large(e)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, _parse_int's
             return _error(400, f"malformed JSON in the request body: {e}", "invalid_request_error")
+        except RecursionError:
+            return _error(400, "malformed JSON in the request body: nested too deeply", "invalid_request_error")
         try:
             params = parse_request(body, settings.model_name, settings.default_kind)
             if scheduler.synthetic and parse_header(params.question) is None:
@@ -131,6 +231,10 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             return _request_error(e)
         except ValueError as e:
             return _error(400, str(e), "invalid_request_error")
+        try:  # before any agent runs (the tokenizer may be an HTTP call: off the event loop)
+            await asyncio.to_thread(scheduler.check_context, question)
+        except ContextTooLong as e:
+            return _context_exceeded(str(e))
         listener = _Listener()
         job = DebateJob(question=question, seed=params.seed, notify=listener)
         try:
@@ -162,7 +266,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                   request_id: str) -> Response:
         r = done.result
         if r.failed:
-            return _unavailable(f"the backend failed during the debate: {r.error}")
+            return _debate_failed(r.error)
         dear_body = _dear_summary(r, params, done) | {"rounds": rounds}
         return JSONResponse(completion_json(request_id, params.model, r.answer or "", dear_body,
                                             usage_json(r.prompt_tokens, r.completion_tokens), FINGERPRINT))
@@ -187,7 +291,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             job.cancelled = True
             return _error(first.status, first.reason, "backend_unavailable" if first.status == 503 else "server_error")
         if isinstance(first, DebateDone) and first.result.failed:
-            return _unavailable(f"the backend failed during the debate: {first.result.error}")
+            return _debate_failed(first.result.error)
         return StreamingResponse(_sse(job, listener, first, params, request_id), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -213,8 +317,11 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                 else:
                     r = event.result
                     if r.failed:
-                        yield sse({"error": {"message": f"the backend failed during the debate: {r.error}",
-                                             "type": "backend_unavailable", "code": 503}})
+                        if is_context_error(r.error):
+                            yield sse(json.loads(_debate_failed(r.error).body))
+                        else:
+                            yield sse({"error": {"message": f"the backend failed during the debate: {r.error}",
+                                                 "type": "backend_unavailable", "code": 503}})
                         break
                     yield chunk({"content": r.answer or ""})
                     yield chunk({}, "stop", dear_part=_dear_summary(r, params, event))
@@ -228,6 +335,8 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
 
     routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"])]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [] if settings.api_key is None else [
+        Middleware(AuthenticationMiddleware, backend=_BearerKey(settings.api_key), on_error=_unauthorized)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.started = time.time()
     return app

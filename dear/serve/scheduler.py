@@ -9,11 +9,17 @@ scheduler is idle, the first request waits `batch_window_s` for others to arrive
 Each job hears about its debate through `notify(event)`, called from the scheduler thread: a `RoundDone`
 per finished round, then `DebateDone` (also for a debate that failed because the backend returned errors)
 or `DebateFailed` (the debate could not run at all: backend unavailable, internal error, shutdown).
+
+`check_context` refuses, before it is queued, a question whose debate cannot fit the backend's context: its
+round-0 prompt plus one turn's token budget, or the shortest prompt its last round can have (the multi-turn
+layout repeats the question in every round). A request that fails anyway for its own sake (a backend's
+context error) is not a failure of the backend: it does not make the server unavailable.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -21,10 +27,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dear.debate.engine import Debate, default_debate_seed
+from dear.debate import prompts
+from dear.debate.engine import _MIN_MAX_TOKENS, _MSG_OVERHEAD_TOKENS, Debate, DebateConfig, default_debate_seed
 from dear.debate.trace import AgentTurn
 from dear.infer import InferenceResult, RegulatedDebater, inference_result
-from dear.llm.base import BackendError
+from dear.llm.base import Backend, BackendError, ChatMessage
 from dear.regulator import RegulatedProtocol, RegulatorRecord
 from dear.tasks.types import Question
 
@@ -37,6 +44,26 @@ class QueueFull(RuntimeError):
 
 class Unavailable(RuntimeError):
     """The backend cannot be used right now (HTTP 503); the message says why."""
+
+
+class ContextTooLong(ValueError):
+    """A debate of the question cannot fit the backend's context (HTTP 400 context_length_exceeded)."""
+
+    def __init__(self, message: str, prompt_tokens: int, context_length: int):
+        super().__init__(message)
+        self.prompt_tokens, self.context_length = prompt_tokens, context_length
+
+
+# What backends say when a request does not fit their context: llama.cpp ("request (N tokens) exceeds the
+# available context size"), vLLM ("maximum context length", "longer than the maximum model length"), OpenAI
+# (code context_length_exceeded), SGLang ("longer than the model's context length").
+_CONTEXT_ERROR = re.compile(r"context[ _-]?(size|length|window)|maximum model length|max_model_len", re.I)
+
+
+def is_context_error(error: str | None) -> bool:
+    """The backend refused a request because it does not fit its context: the request's fault, not the
+    backend's (it serves other requests fine)."""
+    return bool(error) and _CONTEXT_ERROR.search(error) is not None  # type: ignore[arg-type]
 
 
 @dataclass
@@ -91,7 +118,9 @@ class SchedulerStats:
     debates_finished: int = 0
     debates_failed: int = 0
     debates_cancelled: int = 0
-    last_backend_error: str | None = None  # set when every request of the last step failed
+    # Set when every request of the last step failed (requests refused for not fitting the context aside:
+    # those are the request's fault); cleared by a step in which one succeeds.
+    last_backend_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -160,6 +189,37 @@ class DebateScheduler:
     def load(self) -> dict[str, int]:
         return {"queued": len(self._queue), "active": len(self._active), "max_active": self.max_active,
                 "max_queue": self.max_queue}
+
+    def check_context(self, question: Question) -> None:
+        """Raise ContextTooLong when a debate of `question` cannot fit the backend's context: round 0's prompt
+        plus one turn's `max_tokens` (round 0 is sent as is), or the shortest prompt the last round can have
+        (every agent reading every peer, every earlier answer empty) plus the engine's smallest answer budget
+        (later rounds cut answers and shrink max_tokens to fit, but keep every copy of the question).
+
+        The backend's tokenizer is asked only for prompts that might not fit (llama.cpp: an HTTP call, so
+        call this from a worker thread). No check while the backend is not built, when it does not know its
+        context length, or when its tokenizer fails: the backend then decides, as it did before."""
+        debater = self.debater
+        if debater is None or not debater.backend.context_length:
+            return
+        backend, cfg, ctx = debater.backend, debater.config, debater.backend.context_length
+        checks = [(prompts.round0_messages(question, cfg.system_prompt), cfg.max_tokens, 0)]
+        if cfg.n_rounds >= 1:
+            checks.append((_last_round_floor(question, cfg), _MIN_MAX_TOKENS, cfg.n_rounds))
+        # A (byte-level BPE) token covers at least one UTF-8 byte: short prompts fit without tokenizing.
+        if all(sum(len(m.content.encode()) + _MSG_OVERHEAD_TOKENS for m in messages) + budget <= ctx
+               for messages, budget, _ in checks):
+            return
+        counted: dict[str, int] = {}  # the last round repeats the same texts
+        for messages, budget, round_ in checks:
+            try:
+                n = _count(backend, messages, counted)
+            except Exception:  # noqa: BLE001 - a tokenizer hiccup must not refuse the request
+                log.warning("could not count the prompt's tokens; the backend will judge its length",
+                            exc_info=True)
+                return
+            if n + budget > ctx:
+                raise ContextTooLong(_too_long_message(ctx, n, budget, round_, cfg), n, ctx)
 
     def submit(self, job: DebateJob) -> None:
         """Queue a debate; raises Unavailable (backend down, no retry due yet) or QueueFull."""
@@ -239,9 +299,12 @@ class DebateScheduler:
         s.steps += 1
         s.debate_rounds += n_debates
         s.max_debates_per_step = max(s.max_debates_per_step, n_debates)
-        turns = [t for r in self._active for t in r.debate.last_turns]
-        errors = [t.error for t in turns if t.error is not None]
-        s.last_backend_error = errors[0] if turns and len(errors) == len(turns) else None
+        # A turn refused for not fitting the context says nothing about the backend (issue 41): only the others
+        # count, and a step with none of them leaves the last verdict as it was.
+        turns = [t for r in self._active for t in r.debate.last_turns if not is_context_error(t.error)]
+        if turns:
+            errors = [t.error for t in turns if t.error is not None]
+            s.last_backend_error = errors[0] if len(errors) == len(turns) else None
 
     def _report(self, r: _Running) -> None:
         d, job = r.debate, r.job
@@ -259,6 +322,42 @@ class DebateScheduler:
             started = job.started or job.submitted
             _tell(job, DebateDone(inference_result(d, records), queued_s=started - job.submitted,
                                   debate_s=time.perf_counter() - started))
+
+
+def _last_round_floor(question: Question, cfg: DebateConfig) -> list[ChatMessage]:
+    """The shortest prompt the debate's last round can have: every agent reads all its peers in every round
+    (the most copies of the question: the multi-turn layout repeats it with the peers' answers) and every
+    earlier answer is empty (less than the engine ever cuts an answer to)."""
+    def blank(agent: int) -> prompts.ShownAnswer:
+        return prompts.ShownAnswer(agent=agent, reasoning="", conclusion="", answer=None)
+
+    peers = tuple(blank(j) for j in range(1, cfg.n_agents))
+    if cfg.layout == "single":
+        return prompts.exchange_messages(question, blank(0), peers, system_prompt=cfg.system_prompt)
+    exchanges = [prompts.Exchange(own_text="", own=blank(0), peers=peers)] * cfg.n_rounds
+    return prompts.multiturn_messages(question, exchanges, system_prompt=cfg.system_prompt)
+
+
+def _count(backend: Backend, messages: list[ChatMessage], counted: dict[str, int]) -> int:
+    """Prompt tokens as the engine counts them (content tokens plus a chat-template allowance per message)."""
+    for m in messages:
+        if m.content not in counted:
+            counted[m.content] = backend.count_tokens(m.content)
+    return sum(counted[m.content] + _MSG_OVERHEAD_TOKENS for m in messages)
+
+
+def _too_long_message(ctx: int, n: int, budget: int, round_: int, cfg: DebateConfig) -> str:
+    if round_ == 0:
+        need = (f"round 0's prompt for this question takes {n} tokens and each agent's answer may take up to "
+                f"{budget} more (the server's --max-tokens)")
+    else:
+        copies = (" (its prompt repeats the question with the peers' answers of every round)"
+                  if cfg.layout == "multiturn" else "")
+        need = (f"the prompt of the debate's last round, round {round_}{copies}, takes at least {n} tokens for "
+                f"this question even with every earlier answer left out, and each agent's answer needs at "
+                f"least {budget} more")
+    return (f"This model's maximum context length is {ctx} tokens per agent turn, but {need}: {n + budget} in "
+            f"all. Shorten the question (the last user message).")
 
 
 def _tell(job: DebateJob, event: Event) -> None:

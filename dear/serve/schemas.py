@@ -5,7 +5,7 @@ Which request fields do what (also in `docs/SERVING.md`):
 
 - used: `model` (the served name, optionally `NAME:KIND` to pick the answer kind), `messages` (the last
   `user` message is the question), `stream`, `stream_options.include_usage`, `seed` (the debate's seed, from
-  which every agent's sampling seed derives), `n` (only 1), and the extensions `dear_kind`,
+  which every agent's sampling seed derives; 0 ... 2**63-1), `n` (only 1), and the extensions `dear_kind`,
   `dear_choices` (option texts for kind `choice`), `dear_texts` (include every agent's full text);
 - ignored, and listed back in `dear.ignored_parameters`: every other field, among them `temperature`,
   `top_p`, `max_tokens` and `stop` (the policy chooses each agent's sampling from round 1 on; round 0 and the
@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dear.debate.trace import AgentTurn
 from dear.regulator import RegulatorRecord
 from dear.tasks import KINDS
+
+MAX_SEED = 2**63 - 1  # request seeds: 0 ... MAX_SEED (a non-negative signed 64-bit integer)
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -66,7 +68,7 @@ class ChatCompletionRequest(_Strict):
     messages: list[MessageIn] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     n: int | None = None
     # Accepted and ignored, but still type-checked so a client bug shows up as a 400.
     temperature: float | None = None
