@@ -65,12 +65,15 @@ def happo_factor(new_logps: list[torch.Tensor], old_logps: list[torch.Tensor]) -
 def clipped_surrogate(
     logp: torch.Tensor, old_logp: torch.Tensor, weighted_adv: torch.Tensor, clip_coef: float
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """CleanRL's clipped PPO loss on a (possibly factor-weighted) advantage; plus KL/clip diagnostics."""
+    """CleanRL's clipped PPO loss on a (possibly factor-weighted) advantage; plus KL/clip diagnostics.
+    (n, D) log-probs (one ratio per action dimension) give the sum over dimensions of their clipped losses, so
+    each dimension is pushed as hard as the joint ratio would push it, with its own clip."""
     logratio = logp - old_logp
     ratio = logratio.exp()
     pg1 = -weighted_adv * ratio
     pg2 = -weighted_adv * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    loss = torch.max(pg1, pg2).mean()
+    per_sample = torch.max(pg1, pg2)
+    loss = (per_sample.sum(-1) if per_sample.dim() > 1 else per_sample).mean()
     with torch.no_grad():
         diag = {
             "approx_kl": ((ratio - 1) - logratio).mean(),
