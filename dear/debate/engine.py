@@ -29,6 +29,13 @@ from dear.vote import VoteResult, vote
 log = logging.getLogger(__name__)
 
 T_MAX = 2.0  # the widest temperature range any backend we support accepts (OpenAI caps at 2)
+# What an agent does in an exchange round (RoundControl.kinds): revise reading the selected peers (the paper's
+# turn), keep its answer without a call, or draw a fresh independent sample from the question alone.
+TURN_KINDS = ("revise", "keep", "fresh")
+# How the final answer is decided (DebateConfig.decision): the paper's plurality over the last round, or the
+# plurality over every distinct sample the debate produced (round 0, fresh samples and revisions; a kept answer
+# is not a new sample, so it does not vote twice).
+DECISIONS = ("last-round", "all-answers")
 _MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate
 _MIN_MAX_TOKENS = 16
 
@@ -52,8 +59,11 @@ class DebateConfig:
     # without a model call; its turn copies the previous one with 0 tokens and `silent=True`. The paper
     # regenerates alone (pruning then saves only prompt tokens); with silent, the mask also controls completions.
     silent: bool = False
+    decision: str = "last-round"  # DECISIONS
 
     def __post_init__(self):
+        if self.decision not in DECISIONS:
+            raise ValueError(f"DebateConfig.decision must be one of {DECISIONS}, got {self.decision!r}")
         if self.n_agents < 1:
             raise ValueError(f"DebateConfig.n_agents must be >= 1, got {self.n_agents}")
         if self.n_rounds < 0:
@@ -92,12 +102,19 @@ def sampling_range_errors(temperature_range, top_p_range) -> list[tuple[str, str
 @dataclass
 class RoundControl:
     """What the next exchange round does: mask[i, j] = True -> agent i reads agent j's previous answer;
-    guidance[i] (optional) is an extra instruction added to agent i's prompt (see prompts.py)."""
+    guidance[i] (optional) is an extra instruction added to agent i's prompt (see prompts.py).
+
+    `kinds[i]` (optional, TURN_KINDS) is agent i's turn: "revise" (reads its masked peers), "keep" (no call) or
+    "fresh" (an independent sample from the question alone; its mask row is ignored). None = every agent revises,
+    except that with DebateConfig.silent an agent reading nobody keeps. `stop` ends the debate before this round:
+    nothing is generated and the final vote is taken over what the debate has."""
 
     mask: np.ndarray  # (V, V) bool, diagonal False
     temperature: np.ndarray  # (V,)
     top_p: np.ndarray  # (V,)
     guidance: tuple[str | None, ...] | None = None  # (V,) or None
+    kinds: tuple[str, ...] | None = None  # (V,) of TURN_KINDS, or None
+    stop: bool = False
 
     def __post_init__(self):
         mask = np.asarray(self.mask)
@@ -122,6 +139,11 @@ class RoundControl:
             if (arr > hi).any() or (arr <= lo if lo_open else arr < lo).any():
                 raise ValueError(f"RoundControl.{name} out of range {'(' if lo_open else '['}{lo}, {hi}]: {arr.tolist()}")
             setattr(self, name, arr)
+        if self.kinds is not None:
+            self.kinds = tuple(str(k) for k in self.kinds)
+            if len(self.kinds) != v or any(k not in TURN_KINDS for k in self.kinds):
+                raise ValueError(f"RoundControl.kinds must be {v} of {TURN_KINDS}, got {self.kinds!r}")
+        self.stop = bool(self.stop)
         if self.guidance is not None:
             self.guidance = tuple(self.guidance)
             if len(self.guidance) != v or any(g is not None and not isinstance(g, str) for g in self.guidance):
@@ -151,12 +173,19 @@ class Debate:
     failed: bool = False
     error: str | None = None
     finished: bool = False
+    decision: str = "last-round"  # how the final answer is decided (DECISIONS)
     # Groups the debate's answer keys by the grader's equivalence: every recorded key is its class's
     # representative, so `5/4` and `1.25` vote together everywhere downstream.
     classes: AnswerClasses = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.classes = AnswerClasses(self.question.kind)
+
+    @property
+    def n_samples(self) -> int:
+        """Independent samples drawn so far: round 0's V and every fresh turn (the next fresh sample's index)."""
+        rounds = self.trace.rounds
+        return (len(rounds[0]) if rounds else 0) + sum(t.fresh for turns in rounds[1:] for t in turns)
 
     @property
     def done(self) -> bool:
@@ -179,10 +208,18 @@ class Debate:
     def answer_keys(self) -> list[str | None]:
         return [t.answer_key for t in self.last_turns]
 
-    def vote(self) -> VoteResult:
-        """Plurality over the last round's answer keys: its score over tied leaders, and a pick among them by an
-        RNG seeded per debate+round."""
-        turns = self.last_turns
+    def voters(self, decision: str = "last-round") -> list[AgentTurn]:
+        """The turns whose answers vote: the last round's, or (all-answers) every turn that drew a new sample —
+        all of round 0, and each later turn that was sent (a kept answer is not a new sample)."""
+        if decision == "last-round" or not self.trace.rounds:
+            return self.last_turns
+        rounds = self.trace.rounds
+        return list(rounds[0]) + [t for turns in rounds[1:] for t in turns if not t.silent]
+
+    def vote(self, decision: str = "last-round") -> VoteResult:
+        """Plurality over the voting turns' answer keys (`voters`): its score over tied leaders, and a pick among
+        them by an RNG seeded per debate+round."""
+        turns = self.voters(decision)
         rng = np.random.default_rng([self.vote_seed, max(self.round, 0)])
         return vote([t.answer_key for t in turns], [t.correct for t in turns], rng)
 
@@ -219,6 +256,7 @@ class _Pending:
     truncated_peers: int
     guidance: str | None = None
     silent: bool = False  # no model call: the turn repeats the previous one (DebateConfig.silent)
+    fresh: bool = False  # an independent sample from the question alone (RoundControl.kinds)
 
 
 @dataclass(frozen=True)
@@ -288,9 +326,14 @@ class DebateEngine:
         debate_seeds: Sequence[int] | None = None,
         n_rounds: int | None = None,
         protocol: str = "",
+        decision: str | None = None,
     ) -> list[Debate]:
-        """The debates `start` would run, before round 0 (for `advance`, which batches them with others)."""
+        """The debates `start` would run, before round 0 (for `advance`, which batches them with others).
+        `decision` (DECISIONS) overrides the config's for these debates (a protocol's own rule)."""
         cfg = self.config
+        decision = cfg.decision if decision is None else decision
+        if decision not in DECISIONS:
+            raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
         if debate_seeds is None:
             debate_seeds = [default_debate_seed(q) for q in questions]
         if len(debate_seeds) != len(questions):
@@ -304,7 +347,7 @@ class DebateEngine:
                 kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
             )
             debates.append(
-                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace,
+                Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace, decision=decision,
                        vote_seed=vote_seed_of(cfg.seed, s))
             )
         return debates
@@ -315,9 +358,10 @@ class DebateEngine:
         debate_seeds: Sequence[int] | None = None,
         n_rounds: int | None = None,
         protocol: str = "",
+        decision: str | None = None,
     ) -> list[Debate]:
         """Create the debates and run round 0 for all of them (one generate call per backend)."""
-        debates = self.create(questions, debate_seeds, n_rounds, protocol)
+        debates = self.create(questions, debate_seeds, n_rounds, protocol, decision)
         self.advance(debates, [], [])
         return debates
 
@@ -368,6 +412,10 @@ class DebateEngine:
                 raise ValueError(f"step: debate {d.debate_id} has not run round 0; call start() first")
             if ctl.n_agents != cfg.n_agents:
                 raise ValueError(f"RoundControl.mask is {ctl.mask.shape}, engine has n_agents={cfg.n_agents}")
+            if ctl.stop:  # the debate ends here: no call, the vote is over what it has
+                d.finished = True
+                self._finalize(d)
+                continue
             pending.extend(self._exchange_requests(d, ctl, attempt))
         if pending:
             self._execute(pending)
@@ -382,6 +430,7 @@ class DebateEngine:
     ) -> list[Debate]:
         """Run whole debates under a protocol (anything with `n_rounds` and `controls(debates)`)."""
         debates = self.start(questions, debate_seeds, n_rounds=protocol.n_rounds,
+                             decision=getattr(protocol, "decision", None),
                              protocol=getattr(protocol, "name", type(protocol).__name__))
         if on_round:
             on_round(0, debates)
@@ -462,9 +511,13 @@ class DebateEngine:
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
                  top_p: float, peers: list[int], truncated: int, max_tokens: int,
                  own_answer: str | None = None, peer_answers: list[str | None] | None = None,
-                 guidance: str | None = None, attempt: int = 0) -> _Pending:
-        # attempt 0 keeps the historical seed so stored traces and response caches stay valid
+                 guidance: str | None = None, attempt: int = 0, sample: int | None = None) -> _Pending:
+        # attempt 0 keeps the historical seed so stored traces and response caches stay valid. Fresh sample n
+        # takes the seed of round-0 agent n, so it is the very request a round 0 of n + 1 agents would send
+        # (self-consistency's stored samples and the response cache serve it).
         seed_parts = (self.config.seed, d.seed, agent, round_) + ((attempt,) if attempt else ())
+        if sample is not None:
+            seed_parts = (self.config.seed, d.seed, sample, 0) + ((attempt,) if attempt else ())
         req = ChatRequest(
             messages=tuple(messages),
             temperature=float(temperature),
@@ -476,21 +529,29 @@ class DebateEngine:
                 "debate_id": d.debate_id, "question_id": d.question.id, "task": d.question.task,
                 "agent": agent, "round": round_, "own_answer": own_answer,
                 "peer_answers": list(peer_answers or []), "peers": list(peers),
-                "question_text": d.question.question, "attempt": attempt,
+                "question_text": d.question.question, "attempt": attempt, "fresh": sample is not None,
             },
         )
         return _Pending(debate=d, agent=agent, request=req, peers=list(peers), truncated_peers=truncated,
-                        guidance=guidance)
+                        guidance=guidance, fresh=sample is not None)
 
     def _exchange_requests(self, d: Debate, ctl: RoundControl, attempt: int = 0) -> list[_Pending]:
         cfg = self.config
         prev = d.last_turns
         out = []
         r = d.round + 1
+        next_sample = d.n_samples
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
-            if cfg.silent and not peers and prev[i].error is None:
+            kind = ctl.kinds[i] if ctl.kinds is not None else ("keep" if cfg.silent and not peers else "revise")
+            if kind == "keep" and prev[i].error is None:
                 out.append(self._silent(d, i, r, ctl))
+                continue
+            if kind == "fresh":
+                out.append(self._request(d, i, r, prompts.round0_messages(d.question, cfg.system_prompt),
+                                         ctl.temperature[i], ctl.top_p[i], [], 0, cfg.max_tokens, attempt=attempt,
+                                         sample=next_sample))
+                next_sample += 1
                 continue
             guidance = ctl.guidance[i] if ctl.guidance is not None else None
             build = self._prompt_builder(d, i, peers, guidance)
@@ -528,6 +589,8 @@ class DebateEngine:
                                                  guidance=guidance)
         else:
             # Round k showed agent `agent` the peers recorded in its round-k turn; the new round shows `peers`.
+            # A fresh sample starts a new conversation: the exchanges before it are not part of it.
+            start = 1 + max((k for k in range(1, len(shown)) if d.trace.rounds[k][agent].fresh), default=0)
             peers_by_round = [d.trace.rounds[k][agent].peers for k in range(1, len(shown))] + [peers]
             guidance_by_round = [d.trace.rounds[k][agent].guidance for k in range(1, len(shown))] + [guidance]
             exchanges = [
@@ -537,7 +600,7 @@ class DebateEngine:
                     peers=tuple(shown[k - 1][j] for j in peers_by_round[k - 1]),
                     guidance=guidance_by_round[k - 1],
                 )
-                for k in range(1, len(shown) + 1)
+                for k in range(start, len(shown) + 1)
                 # a silent round-k turn (DebateConfig.silent) was never sent: its exchange is not in the conversation
                 if k == len(shown) or not d.trace.rounds[k][agent].silent
             ]
@@ -678,7 +741,7 @@ class DebateEngine:
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
             guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
-            silent=p.silent,
+            silent=p.silent, fresh=p.fresh,
         )
 
     def _finalize(self, d: Debate) -> None:
@@ -688,7 +751,7 @@ class DebateEngine:
             # A failed debate has no trustworthy final answer: it counts as wrong and is reported as failed.
             tr.set_vote(None)
             return
-        tr.set_vote(d.vote())
+        tr.set_vote(d.vote(d.decision))
 
 
 # ---------------------------------------------------------------- summaries

@@ -13,6 +13,7 @@ import numpy as np
 
 from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.seeds import derive_seed
+from dear.vote import tally
 
 
 class Protocol(abc.ABC):
@@ -80,6 +81,86 @@ class RandomMaskProtocol(Protocol):
             rng = np.random.default_rng(derive_seed(self.seed, d.seed, d.round + 1, 0xA11))
             mask = (rng.random((v, v)) < self.p) & ~np.eye(v, dtype=bool)
             out.append(RoundControl(mask, np.full(v, self.temperature), np.full(v, self.top_p)))
+        return out
+
+
+# ---------------------------------------------------------------- the strong baselines as regulator settings
+# Each is a choice of turn kinds, a stop and a decision rule (RoundControl.kinds / .stop, Debate.decision): the
+# actions the extended regulator can take, so a learner over them contains these baselines.
+def _control(n_agents: int, temperature: float, top_p: float, kinds=None, stop: bool = False,
+             mask=None) -> RoundControl:
+    mask = np.zeros((n_agents, n_agents), dtype=bool) if mask is None else mask
+    return RoundControl(mask, temperature, top_p, kinds=kinds, stop=stop)
+
+
+def _unanimous(keys) -> bool:
+    return bool(keys) and keys[0] is not None and all(k == keys[0] for k in keys)
+
+
+class StopWhenUnanimousProtocol(Protocol):
+    """MAD that stops after the first round (0, 1, …) where every agent gave the same answer (MAD-stop).
+    `always=True` stops after round 0 whatever happened: the round-0 majority."""
+
+    def __init__(self, n_agents: int = 3, n_rounds: int = 2, temperature: float = 0.7, top_p: float = 0.9,
+                 always: bool = False):
+        self.n_agents, self.n_rounds, self.temperature, self.top_p = int(n_agents), int(n_rounds), temperature, top_p
+        self.always = bool(always)
+        self.name = "majority-stop" if always else "mad-stop"
+
+    def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
+        full = ~np.eye(self.n_agents, dtype=bool)
+        return [_control(self.n_agents, self.temperature, self.top_p, mask=full,
+                         stop=self.always or _unanimous(d.answer_keys)) for d in debates]
+
+
+class SelfConsistencyProtocol(Protocol):
+    """Self-consistency with `n_samples` samples: every agent draws fresh samples, round after round, until the
+    debate holds n; the plurality over all of them decides. Fresh sample k is the request round-0 agent k of a
+    wider debate sends, so this reproduces a round 0 of n agents."""
+
+    name = "sc"
+    decision = "all-answers"
+
+    def __init__(self, n_agents: int = 3, n_samples: int = 9, temperature: float = 0.7, top_p: float = 0.9):
+        if n_samples < n_agents:
+            raise ValueError(f"n_samples ({n_samples}) must be >= n_agents ({n_agents})")
+        self.n_agents, self.n_samples, self.temperature, self.top_p = int(n_agents), int(n_samples), temperature, top_p
+        self.n_rounds = -(-(self.n_samples - self.n_agents) // self.n_agents)
+
+    def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
+        out = []
+        for d in debates:
+            left = self.n_samples - d.n_samples
+            kinds = tuple("fresh" if i < left else "keep" for i in range(self.n_agents))
+            out.append(_control(self.n_agents, self.temperature, self.top_p, kinds, stop=left <= 0))
+        return out
+
+
+class AdaptiveSCProtocol(Protocol):
+    """Adaptive self-consistency: start from round 0's samples and add one fresh sample per round until `agree`
+    samples share an answer (or `max_samples` exist); the plurality over all samples decides."""
+
+    name = "adaptive-sc"
+    decision = "all-answers"
+
+    def __init__(self, n_agents: int = 3, agree: int = 2, max_samples: int = 9, temperature: float = 0.7,
+                 top_p: float = 0.9):
+        if not 1 <= agree <= max_samples or max_samples < n_agents:
+            raise ValueError(f"need 1 <= agree <= max_samples and max_samples >= n_agents, got agree={agree}, "
+                             f"max_samples={max_samples}, n_agents={n_agents}")
+        self.n_agents, self.agree, self.max_samples = int(n_agents), int(agree), int(max_samples)
+        self.temperature, self.top_p = temperature, top_p
+        self.n_rounds = self.max_samples - self.n_agents
+        self.name = f"adaptive-sc-{agree}"
+
+    def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
+        out = []
+        for d in debates:
+            t = tally([t.answer_key for t in d.voters("all-answers")])
+            done = t.top >= self.agree or d.n_samples >= self.max_samples
+            turn = (d.n_samples - self.n_agents) % self.n_agents  # the agents take turns drawing
+            kinds = tuple("fresh" if i == turn else "keep" for i in range(self.n_agents))
+            out.append(_control(self.n_agents, self.temperature, self.top_p, kinds, stop=done))
         return out
 
 

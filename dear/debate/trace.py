@@ -50,6 +50,7 @@ class AgentTurn:
     peer_summary: str | None = None
     attempt: int = 0  # 1 for a round regenerated once (its seed differs from the discarded attempt's)
     silent: bool = False  # no model call: the agent read nobody and kept its previous turn (DebateConfig.silent)
+    fresh: bool = False  # an independent sample from the question alone (a "fresh" turn, RoundControl.kinds)
 
     @property
     def computed_prompt_tokens(self) -> int:

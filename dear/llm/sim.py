@@ -21,7 +21,8 @@ function. The sampling "excess" of a request with temperature T and top-p P is
 
 so top-p below P0 acts like a slightly lower temperature (less randomness) and x = 0 at the reference.
 
-Round 0 (and every "re-solve" below) is an independent draw:
+Round 0 (and every "re-solve" below) is an independent draw; so is a fresh turn (``metadata["fresh"]``, an
+independent sample from the question alone in a later round), without the re-solve bonus:
 
     P(correct) = σ(s_a − d − τ·x [+ β on a re-solve])          (τ = ``temp_penalty``, β = ``resolve_bonus``)
 
@@ -561,7 +562,7 @@ class SimBackend(Backend):
             return TurnDecision(ans, ans == gold, moved, mode), agent, x
 
         own = _canon(meta.get("own_answer"))
-        if rnd == 0:
+        if rnd == 0 or meta.get("fresh"):  # a fresh sample is another independent first answer
             return result(self._draw(rng, h, skill, d, x, resolve=False), False, "round0")
         if own is None:  # nothing to keep: solve again
             return result(self._draw(rng, h, skill, d, x, resolve=True), True, "resolve")
