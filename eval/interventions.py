@@ -30,92 +30,31 @@ import argparse
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dear import metrics
 from dear.cli import command_line
 from dear.cli import run as run_cli
-from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.interventions import (
-    InterventionConfig,
-    InterventionProtocol,
     focus_drift,
     judged_pairs,
     summarize_interventions,
 )
 from dear.debate.trace import DebateTrace, read_jsonl
-from dear.llm.base import Backend
-from dear.tasks.types import Question
-from eval import methods as M
-
-INTERVENTIONS = ("judge", "policy", "regenerate", "moderator", "moderator-noagenda")
-EXAMPLES = ("mad+judge+policy", "mad+judge+regenerate", "mad+moderator", "dear+judge+policy")
-_LABELS = {"judge": "DRIFTJudge", "policy": "DRIFTPolicy", "regenerate": "Regenerate",
-           "moderator": "moderator + agenda", "moderator-noagenda": "moderator"}
-
-
-def is_intervention_method(name: str) -> bool:
-    return "+" in name
-
-
-def parse_intervention_method(name: str, **overrides: Any) -> tuple[M.MethodSpec, InterventionConfig]:
-    """`mad+judge+policy` -> (the base method's spec, the intervention config). `overrides` set other
-    InterventionConfig fields (thresholds, token limits). Unknown parts get an error naming them."""
-    base, parts = base_method(name), [p.strip() for p in name.split("+")[1:]]
-    if not parts or not all(parts):
-        raise ValueError(f"method {name!r}: expected <base>+<intervention>[+...], e.g. {', '.join(EXAMPLES)}")
-    spec = M.METHODS.get(base)
-    if spec is None or spec.kind not in ("debate", "dear"):
-        debate_like = [n for n, s in M.METHODS.items() if s.kind in ("debate", "dear")]
-        raise ValueError(f"method {name!r}: base {base!r} is not a debate method; interventions wrap one of "
-                         f"{', '.join(debate_like)}")
-    unknown = [p for p in parts if p not in INTERVENTIONS]
-    if unknown:
-        raise ValueError(f"method {name!r}: unknown intervention(s) {unknown}; known: {', '.join(INTERVENTIONS)}")
-    if len(set(parts)) != len(parts) or ("moderator" in parts and "moderator-noagenda" in parts):
-        raise ValueError(f"method {name!r} names an intervention twice")
-    if ("policy" in parts or "regenerate" in parts) and "judge" not in parts:
-        raise ValueError(f"method {name!r}: policy and regenerate act on the judge's verdicts; write "
-                         f"{base}+judge+{'policy' if 'policy' in parts else 'regenerate'}")
-    moderator = "moderator" in parts or "moderator-noagenda" in parts
-    try:
-        cfg = InterventionConfig(judge="judge" in parts, policy="policy" in parts,
-                                 regenerate="regenerate" in parts, moderator=moderator,
-                                 agenda="moderator" in parts, **overrides)
-    except TypeError as e:
-        raise ValueError(f"method {name!r}: bad intervention option: {e}") from None
-    except ValueError as e:
-        raise ValueError(f"method {name!r}: {e}") from None
-    return spec, cfg
-
-
-def intervention_spec(name: str) -> M.MethodSpec:
-    """The MethodSpec of an intervention method (kind and ablation switches of its base)."""
-    base, cfg = parse_intervention_method(name)
-    added = " + ".join(_LABELS[p] for p in name.split("+")[1:])
-    return replace(base, name=name, label=f"{base.label} + {added}",
-                   description=f"{base.description}; with {added} ({cfg.label()})")
-
-
-def build_intervention_method(name: str, base: DebateConfig, sc_samples: int = 0, ckpt: M.Checkpoint | None = None,
-                              encoder=None, seed: int = 0, backend: Backend | None = None,
-                              deterministic: bool = True, **overrides: Any) -> M.MethodRun:
-    """The DebateConfig and InterventionProtocol that run `name` (DEAR bases need the checkpoint and encoder).
-    `backend` serves the judge / feedback / moderator calls (None = the debaters' backend)."""
-    base_spec, cfg = parse_intervention_method(name, **overrides)
-    inner = M.build(base_spec, base, sc_samples, ckpt, encoder, seed=seed,  # the base method, then wrapped
-                    deterministic=deterministic)
-    return M.MethodRun(inner.config, InterventionProtocol(inner.protocol, cfg, backend=backend, name=name))
-
-
-def run_method(run: M.MethodRun, engine: DebateEngine, questions: Sequence[Question]) -> list[Debate]:
-    """Run a method's debates: intervention methods drive the engine themselves, the others go through it."""
-    if isinstance(run.protocol, InterventionProtocol):
-        return run.protocol.run(engine, questions)
-    return engine.run(questions, run.protocol)
-
+from dear.llm import cache
+from dear.llm.base import ChatMessage, ChatRequest, Completion
+from eval.methods import (  # noqa: F401  (the spec functions live in eval.methods; this module reports)
+    EXAMPLES,
+    INTERVENTIONS,
+    base_method,
+    build_intervention_method,
+    intervention_spec,
+    is_intervention_method,
+    parse_intervention_method,
+    run_method,
+)
+from eval.report import trace_to_record
 
 # ---------------------------------------------------------------- reusing stored traces
 def prime_cache(cache_path: str | Path, traces: Sequence[DebateTrace]) -> int:
@@ -124,15 +63,7 @@ def prime_cache(cache_path: str | Path, traces: Sequence[DebateTrace]) -> int:
     settings then reuses those answers: round 0 for every method, and the rounds of MAD / DEAR that an
     intervention leaves unchanged. Regenerated (discarded) rounds are not stored: they answered no request that
     a kept round did. Existing entries are kept. Returns the number of turns stored."""
-    import dataclasses
-    import json
-    import sqlite3
-    import time
-
-    from dear.llm.base import ChatMessage, ChatRequest, Completion
-    from dear.llm.cache import _SCHEMA, cache_key
-
-    rows = []
+    entries = []
     for t in traces:
         for turns in t.rounds:
             for turn in turns:
@@ -143,20 +74,8 @@ def prime_cache(cache_path: str | Path, traces: Sequence[DebateTrace]) -> int:
                                   seed=turn.seed)
                 comp = Completion(turn.text, turn.prompt_tokens, turn.completion_tokens, turn.finish_reason,
                                   turn.latency_s, reused_prompt_tokens=turn.reused_prompt_tokens)
-                rows.append((cache_key(turn.model_id, req), turn.model_id,
-                             json.dumps(dataclasses.asdict(comp), ensure_ascii=False), time.time()))
-    Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(cache_path, timeout=60, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(_SCHEMA)
-        db.execute("BEGIN IMMEDIATE")
-        before = db.total_changes
-        db.executemany("INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?)", rows)
-        db.execute("COMMIT")
-        return db.total_changes - before
-    finally:
-        db.close()
+                entries.append((turn.model_id, req, comp))
+    return cache.prime(cache_path, entries)
 
 
 # ---------------------------------------------------------------- report
@@ -171,7 +90,6 @@ def judge_confusion(traces: Sequence[DebateTrace]) -> metrics.Detection:
 
 def method_row(benchmark: str, method: str, traces: Sequence[DebateTrace], seed: int = 0) -> dict[str, Any]:
     """One table row: accuracy, tokens (debaters vs extra), drift/recovery, judge and moderator numbers."""
-    from eval.report import trace_to_record
 
     summary = metrics.summarize([trace_to_record(t) for t in traces], seed=seed)
     iv = summarize_interventions(traces)
@@ -189,11 +107,6 @@ def method_row(benchmark: str, method: str, traces: Sequence[DebateTrace], seed:
     row.update({f"judge_{k}": v for k, v in det.to_row().items()} if det.n else {})
     row.update(iv.to_row())
     return row
-
-
-def base_method(method: str) -> str:
-    """The debate method an intervention method wraps (`mad+judge+policy` -> `mad`); a plain method is its own."""
-    return method.split("+")[0].strip()
 
 
 def paired_to_base(rows: list[dict[str, Any]], loaded: dict[str, list[DebateTrace]], seed: int = 0,

@@ -18,6 +18,7 @@ calls included), as if run alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +26,11 @@ from typing import Any, Literal
 import torch
 
 from dear.debate import DebateConfig, make_protocol
+from dear.debate.engine import Debate, DebateEngine
+from dear.debate.interventions import InterventionConfig, InterventionProtocol
 from dear.debate.protocols import MajorityProtocol, Protocol
+from dear.llm.base import Backend
+from dear.tasks.types import Question
 from dear.policy import JointPolicy, PolicyConfig
 
 log = logging.getLogger(__name__)
@@ -87,8 +92,6 @@ def parse_methods(text: str) -> list[MethodSpec]:
                          f"(and <method>+<intervention>..., e.g. mad+judge+policy; see eval/interventions.py)")
     if len(set(names)) != len(names):
         raise ValueError(f"--methods lists a method twice: {names}")
-    from eval.interventions import intervention_spec  # imports this module
-
     return [METHODS[n] if n in METHODS else intervention_spec(n) for n in names]
 
 
@@ -292,9 +295,7 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
     """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder; the
     random-mask control needs DEAR's per-round read density). ``deterministic``: the policy's mode (pairs
     with p > 0.5, behavior mean) instead of sampled actions."""
-    if "+" in spec.name:  # a debate method with interventions (eval/interventions.py)
-        from eval.interventions import build_intervention_method
-
+    if "+" in spec.name:  # a debate method with interventions (below)
         return build_intervention_method(spec.name, base, sc_samples, ckpt, encoder, seed=seed,
                                          deterministic=deterministic)
     if spec.kind == "single":
@@ -318,3 +319,76 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
             raise ValueError(f"method {spec.name!r} needs DEAR's per-round read density")
         return MethodRun(base, DensityMatched(proto_r, list(density)))
     return MethodRun(base, proto_r)
+
+
+# ---------------------------------------------------------------- interventions (`<base>+<intervention>...`)
+INTERVENTIONS = ("judge", "policy", "regenerate", "moderator", "moderator-noagenda")
+EXAMPLES = ("mad+judge+policy", "mad+judge+regenerate", "mad+moderator", "dear+judge+policy")
+_LABELS = {"judge": "DRIFTJudge", "policy": "DRIFTPolicy", "regenerate": "Regenerate",
+           "moderator": "moderator + agenda", "moderator-noagenda": "moderator"}
+
+
+def is_intervention_method(name: str) -> bool:
+    return "+" in name
+
+
+def parse_intervention_method(name: str, **overrides: Any) -> tuple[MethodSpec, InterventionConfig]:
+    """`mad+judge+policy` -> (the base method's spec, the intervention config). `overrides` set other
+    InterventionConfig fields (thresholds, token limits). Unknown parts get an error naming them."""
+    base, parts = base_method(name), [p.strip() for p in name.split("+")[1:]]
+    if not parts or not all(parts):
+        raise ValueError(f"method {name!r}: expected <base>+<intervention>[+...], e.g. {', '.join(EXAMPLES)}")
+    spec = METHODS.get(base)
+    if spec is None or spec.kind not in ("debate", "dear"):
+        debate_like = [n for n, s in METHODS.items() if s.kind in ("debate", "dear")]
+        raise ValueError(f"method {name!r}: base {base!r} is not a debate method; interventions wrap one of "
+                         f"{', '.join(debate_like)}")
+    unknown = [p for p in parts if p not in INTERVENTIONS]
+    if unknown:
+        raise ValueError(f"method {name!r}: unknown intervention(s) {unknown}; known: {', '.join(INTERVENTIONS)}")
+    if len(set(parts)) != len(parts) or ("moderator" in parts and "moderator-noagenda" in parts):
+        raise ValueError(f"method {name!r} names an intervention twice")
+    if ("policy" in parts or "regenerate" in parts) and "judge" not in parts:
+        raise ValueError(f"method {name!r}: policy and regenerate act on the judge's verdicts; write "
+                         f"{base}+judge+{'policy' if 'policy' in parts else 'regenerate'}")
+    moderator = "moderator" in parts or "moderator-noagenda" in parts
+    try:
+        cfg = InterventionConfig(judge="judge" in parts, policy="policy" in parts,
+                                 regenerate="regenerate" in parts, moderator=moderator,
+                                 agenda="moderator" in parts, **overrides)
+    except TypeError as e:
+        raise ValueError(f"method {name!r}: bad intervention option: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"method {name!r}: {e}") from None
+    return spec, cfg
+
+
+def intervention_spec(name: str) -> MethodSpec:
+    """The MethodSpec of an intervention method (kind and ablation switches of its base)."""
+    base, cfg = parse_intervention_method(name)
+    added = " + ".join(_LABELS[p] for p in name.split("+")[1:])
+    return replace(base, name=name, label=f"{base.label} + {added}",
+                   description=f"{base.description}; with {added} ({cfg.label()})")
+
+
+def build_intervention_method(name: str, base: DebateConfig, sc_samples: int = 0, ckpt: Checkpoint | None = None,
+                              encoder=None, seed: int = 0, backend: Backend | None = None,
+                              deterministic: bool = True, **overrides: Any) -> MethodRun:
+    """The DebateConfig and InterventionProtocol that run `name` (DEAR bases need the checkpoint and encoder).
+    `backend` serves the judge / feedback / moderator calls (None = the debaters' backend)."""
+    base_spec, cfg = parse_intervention_method(name, **overrides)
+    inner = build(base_spec, base, sc_samples, ckpt, encoder, seed=seed,  # the base method, then wrapped
+                    deterministic=deterministic)
+    return MethodRun(inner.config, InterventionProtocol(inner.protocol, cfg, backend=backend, name=name))
+
+
+def run_method(run: MethodRun, engine: DebateEngine, questions: Sequence[Question]) -> list[Debate]:
+    """Run a method's debates: intervention methods drive the engine themselves, the others go through it."""
+    if isinstance(run.protocol, InterventionProtocol):
+        return run.protocol.run(engine, questions)
+    return engine.run(questions, run.protocol)
+
+
+def base_method(method: str) -> str:
+    """The debate method an intervention method wraps (`mad+judge+policy` -> `mad`); a plain method is its own."""
+    return method.split("+")[0].strip()

@@ -76,3 +76,60 @@ def test_the_floor_plan_covers_every_package():
                        if _unit(_module_name(p)) is None and p.name != "__init__.py")
     assert not unplanned, f"modules outside the floor plan: {unplanned} (add them to FLOORS and ARCHITECTURE.md)"
     assert set(FLOORS) <= units | {None}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (function-level imports included). `from pkg import x`
+    points at the submodule pkg.x when there is one, else at the package."""
+    paths = {_module_name(p): p for top in ("dear", "envs", "train", "eval") for p in (ROOT / top).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        edges = set()
+        for target in _imports(path, module):
+            while target and target not in paths:
+                target = target.rpartition(".")[0]  # `from pkg.mod import name` -> pkg.mod
+            if target and target != module:
+                edges.add(target)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_anywhere():
+    """No two modules import each other, directly or through others, lazily or not (package __init__ files that
+    re-export their submodules excepted: they import downward by construction)."""
+    graph = _module_graph()
+    for module in [m for m in graph if (ROOT / Path(*m.split(".")) / "__init__.py").exists()]:
+        graph[module] = set()  # re-exports only
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)

@@ -48,6 +48,26 @@ def cache_key(model_id: str, request: ChatRequest, occurrence: int = 0) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def prime(path: str | os.PathLike, entries: Sequence[tuple[str, ChatRequest, Completion]]) -> int:
+    """Store (model id, request, completion) entries in the cache file at `path` under the keys `CachedBackend`
+    looks them up by, so a later run replays them instead of generating; existing entries are kept. Returns the
+    number of entries added."""
+    rows = [(cache_key(model_id, req), model_id, json.dumps(asdict(comp), ensure_ascii=False), time.time())
+            for model_id, req, comp in entries]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(_SCHEMA)
+        db.execute("BEGIN IMMEDIATE")
+        before = db.total_changes
+        db.executemany("INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+        return db.total_changes - before
+    finally:
+        db.close()
+
+
 class CachedBackend(Backend):
     """Wraps a backend; answers repeated requests from disk and sends only the misses, in one batch call.
 
