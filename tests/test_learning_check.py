@@ -98,6 +98,13 @@ def test_the_suite_runs_worlds_and_writes_a_verdict_per_world(tmp_path):
     # debate-pays has silent turns: reading nobody is one grid point, whatever its (T, top-p)
     pays = [json.loads(x) for x in (out / "debate-pays" / "rows.jsonl").read_text().splitlines()]
     assert len(pays[2]["train_scores"]) == 2
+    # the ablation table: an ablation suite beside the defaults, row by row on the same seed and debates
+    import shutil
+
+    shutil.copytree(out, tmp_path / "ablations" / "same-as-defaults")
+    assert lc.main(["--ablations", str(tmp_path / "ablations"), "--out", str(out)]) == 0
+    rows = [ln for ln in (tmp_path / "ablations" / "summary.md").read_text().splitlines() if "(dear-2)" in ln]
+    assert len(rows) == 2 and rows[0].split("|")[2:] == rows[1].split("|")[2:]
     with pytest.raises(ValueError, match="nowhere"):  # the CLI prints it as one error line, exit 2
         lc.main(["--worlds", "nowhere", "--out", str(tmp_path / "x")])
 
