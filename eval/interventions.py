@@ -54,7 +54,7 @@ from eval.methods import (  # noqa: F401  (the spec functions live in eval.metho
     parse_intervention_method,
     run_method,
 )
-from eval.report import trace_to_record
+from eval.report import moved_note, read_regrade_record, trace_to_record
 
 # ---------------------------------------------------------------- reusing stored traces
 def prime_cache(cache_path: str | Path, traces: Sequence[DebateTrace]) -> int:
@@ -187,7 +187,13 @@ def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str
     rows = [method_row(benchmark, m, ts) for m, ts in loaded.items()]
     paired_to_base(rows, loaded)
     synthetic = any(mid.startswith("sim") for ts in loaded.values() for t in ts for mid in t.model_ids)
-    (out / "interventions.md").write_text(markdown(rows, command, synthetic), encoding="utf-8")
+    text = markdown(rows, command, synthetic)
+    record = read_regrade_record(out)
+    if record is not None and record.get("before_interventions"):  # eval.regrade re-graded these traces
+        seeded = {m: sum(t.final_correct for t in ts) / len(ts) for m, ts in loaded.items()}
+        text += "\n" + "\n".join(moved_note(record, {f"{benchmark}/{r['method']}": (r["accuracy"], seeded[r["method"]])
+                                                      for r in rows}, before="before_interventions"))
+    (out / "interventions.md").write_text(text, encoding="utf-8")
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with (out / "interventions.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=keys)

@@ -111,10 +111,13 @@ def _summary_accuracy(path: Path, columns: Sequence[str] = ("benchmark", "method
                 if row.get("accuracy") not in (None, "")}
 
 
-def write_record(root: Path, files: dict[str, dict[str, Any]], before: dict[str, float]) -> dict[str, Any]:
-    """regrade.json: the first re-grade's `before` accuracies are kept; each run appends its changes."""
+def write_record(root: Path, files: dict[str, dict[str, Any]], before: dict[str, float],
+                 before_interventions: dict[str, float] | None = None) -> dict[str, Any]:
+    """regrade.json: the first re-grade's `before` accuracies (of summary.csv and interventions.csv) are kept;
+    each run appends its changes."""
     path = root / REGRADE_RECORD
-    record = read_regrade_record(root) or {"before": before, "runs": []}
+    record = read_regrade_record(root) or {"before": before, "before_interventions": before_interventions or {},
+                                           "runs": []}
     record["runs"].append({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "files": files,
                            "math_equivalence_checks": STATS.checks, "math_equivalence_undecided": STATS.undecided})
     atomic_write_text(path, json.dumps(record, indent=1))
@@ -126,12 +129,13 @@ def regrade_eval_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
     run_json = read_json(root / "run.json", "eval.run settings")
     seed = int(run_json["settings"]["seed"])
     before = _summary_accuracy(root / "summary.csv")
+    before_interventions = _summary_accuracy(root / "interventions.csv")
     files = {}
     for path in sorted((root / "traces").glob("*/*.jsonl")):
         if path.name.endswith(".regulator.jsonl"):
             continue
         files[str(path.relative_to(root))] = file_summary(regrade_file(path, seed, questions))
-    record = write_record(root, files, before)
+    record = write_record(root, files, before, before_interventions)
     rebuild_eval_reports(root, run_json)
     return record
 

@@ -297,7 +297,8 @@ def read_regrade_record(root: Path) -> dict[str, Any] | None:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
-def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]]) -> list[str]:
+def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]],
+               before: str = "before") -> list[str]:
     """Markdown lines of the "what moved" note of a re-graded directory: per row, the accuracy its report
     published before the first re-grade (seeded tie pick, the old parser) and today's (ties as expected
     values; seeded pick, NaN where not computed)."""
@@ -314,6 +315,6 @@ def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]])
              "| Row | accuracy % before (seeded tie pick, old parser) | now (ties as expected values) | "
              "now (seeded tie pick) |", "|---|---|---|---|"]
     for key, (expected, seeded) in accuracy.items():
-        old = record["before"].get(key)
+        old = record.get(before, {}).get(key)
         lines.append(f"| {key} | {_pct(old) if old is not None else '–'} | {_pct(expected)} | {_pct(seeded)} |")
     return lines + [""]
