@@ -8,6 +8,7 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers dear/Debate-v0)
 from dear.llm.base import Completion
 from dear.llm.sim import SimBackend
+from dear.metrics import round_vote
 from dear.policy import RAW_BOUND, pair_order, to_sampling
 from dear.regulator import state_dim
 from envs.debate_env import DebateEnv, EpisodeSummary
@@ -154,23 +155,26 @@ def _shaping_terms(env, reset_seed: int, action_seed: int) -> tuple[list[float],
         _, r, terminated, _, info = env.step(random_action(env, rng))
         terms.append(info["reward_shaping"])
         assert r == pytest.approx(info["reward_shaping"] + info.get("reward_correct", 0.0))  # token_cost = 0
-    return terms, float(info0["correct"].mean()), info
+    return terms, round_vote(info0["answers"], info0["correct"]).score, info
 
 
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_shaping_telescopes_to_a_policy_independent_constant(gamma):
-    """F_r = coef (γ Φ(s_r) - Φ(s_{r-1})) with Φ(terminal) = 0: the discounted sum is -coef Φ(s_0) whatever
-    the actions, while the intermediate terms do depend on them (so the shaping still carries signal)."""
+    """F_r = coef (γ Φ(s_r) - Φ(s_{r-1})), Φ = the round's plurality score, Φ(terminal) = 0: the discounted sum
+    is -coef Φ(s_0) whatever the actions, while the intermediate terms do depend on them (so the shaping still
+    carries signal)."""
     coef = 0.5
     env = make(n_rounds=3, shaping=True, shaping_coef=coef, shaping_gamma=gamma, token_cost=0.0)
-    runs = [_shaping_terms(env, reset_seed=5, action_seed=a) for a in range(6)]
+    # a round 0 whose plurality is wrong and can be corrected, so the actions change the terms
+    runs = [_shaping_terms(env, reset_seed=9, action_seed=a) for a in range(6)]
     phi0 = runs[0][1]
     for terms, phi, info in runs:
         assert phi == phi0  # same seeded round 0
         discounted = sum(gamma**t * f for t, f in enumerate(terms))
         assert discounted == pytest.approx(-coef * phi0, abs=1e-12)
         # the last term pays back the potential of round R-1 (Φ(terminal) = 0), not the final correctness
-        phi_before_last = float(np.mean(info["correct_per_round"][-2]))  # rows: rounds 0..R
+        # Φ = the round's plurality score (ties as expected values); rows: rounds 0..R
+        phi_before_last = round_vote(info["answers_per_round"][-2], info["correct_per_round"][-2]).score
         assert terms[-1] == pytest.approx(-coef * phi_before_last)
     assert len({tuple(round(f, 12) for f in terms) for terms, _, _ in runs}) > 1  # actions changed the terms
     env.close()
