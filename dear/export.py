@@ -192,12 +192,19 @@ def export_policy(policy: JointPolicy, out_dir: str | Path, encoder: str,
     return out
 
 
+# The policy `dear.infer` and `dear.serve` use when no --policy is given (package data; README inside).
+SHIPPED_POLICY = Path(__file__).resolve().parent / "policies" / "sim-fitted-v2"
+
+
 def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy:
     """Load an exported artifact; checks format, version, weights hash and layout against the manifest."""
     root = Path(path)
     mpath, wpath = root / MANIFEST_FILE, root / WEIGHTS_FILE
     if not mpath.exists() or not wpath.exists():
-        raise ExportError(f"{root}: not a DEAR export (needs {MANIFEST_FILE} and {WEIGHTS_FILE})")
+        hint = ""
+        if (root / "checkpoints").is_dir() or (root / "config.yaml").exists():
+            hint = f"; it is a training run: export it first with `python -m dear.export {root} OUT_DIR`"
+        raise ExportError(f"{root}: not a DEAR export (needs {MANIFEST_FILE} and {WEIGHTS_FILE}){hint}")
     try:
         manifest = read_json(mpath, "export manifest")
     except IntegrityError as e:

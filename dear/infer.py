@@ -32,7 +32,7 @@ from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.trace import DebateTrace, write_jsonl
 from dear.deprecation import add_renamed_flags, renamed_keyword
 from dear.evidence import make_encoder
-from dear.export import ExportedPolicy, choose_encoder, load_exported
+from dear.export import SHIPPED_POLICY, ExportedPolicy, choose_encoder, load_exported
 from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
 from dear.llm.cache import CachedBackend
@@ -151,7 +151,9 @@ def _load_questions(a: argparse.Namespace) -> list[Question]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m dear.infer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", required=True, help="exported policy dir (python -m dear.export RUN OUT)")
+    p.add_argument("--policy", default=str(SHIPPED_POLICY),
+                   help="exported policy dir (python -m dear.export RUN OUT); default: the shipped policy "
+                        f"{SHIPPED_POLICY.name} (trained in the simulator fitted to real debates)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--question", help="one question as text")
     src.add_argument("--questions", help="JSONL file, one question per line")

@@ -110,3 +110,31 @@ def test_an_encoder_other_than_the_policys_is_refused_unless_allowed(exported):
     assert debater.encoder_spec == "hashing:64"
     with pytest.raises(ValueError, match="allow-encoder-mismatch"):  # the CLI prints it as one `error:` line
         main(["--policy", str(exported), "--llm", "sim", "--question", "1+1?", "--encoder", "hashing:64"])
+
+
+def test_the_shipped_policy_is_the_default_and_loads():
+    from dear.export import SHIPPED_POLICY, load_exported
+    from dear.infer import parse_args
+
+    a = parse_args(["--question", "1+1?"])
+    assert a.policy == str(SHIPPED_POLICY)
+    exported = load_exported(a.policy)  # manifest, weights hash and layout checked
+    assert exported.n_agents == 3 and exported.manifest["training"]["synthetic"] is True
+
+
+def test_a_training_run_given_as_policy_gets_the_export_command(tmp_path):
+    from dear.export import ExportError, load_exported
+
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(ExportError, match="python -m dear.export"):
+        load_exported(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_cli_runs_without_a_policy_on_the_smoke_model(capsys):
+    """No --policy: the shipped policy regulates a real (smoke-model) debate."""
+    rc = main(["--llm", "smoke", "--question", "What is 12 + 30?", "--kind", "integer", "--n-rounds", "1",
+               "--max-tokens", "16"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "round 1: answers" in text

@@ -16,7 +16,7 @@ import yaml
 from dear import tasks
 from dear.cli import run as run_cli
 from dear.deprecation import add_renamed_flags
-from dear.export import ExportError, choose_encoder, load_exported
+from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
 from dear.serve.app import DEFAULT_MAX_BODY_SIZE, ServeSettings, create_app
@@ -70,7 +70,9 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m dear.serve", description=package_doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", required=True, help="exported policy dir (python -m dear.export RUN OUT)")
+    p.add_argument("--policy", default=str(SHIPPED_POLICY),
+                   help="exported policy dir (python -m dear.export RUN OUT); default: the shipped policy "
+                        f"{SHIPPED_POLICY.name} (trained in the simulator fitted to real debates)")
     p.add_argument("--llm", default="local", help="backend spec: local | smoke | sim | openai:URL#model | vllm:MODEL")
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8000)
