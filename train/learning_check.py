@@ -377,6 +377,11 @@ def suite_verdict(rows: Sequence[dict]) -> dict[str, Any]:
             "beats": lo > 0, "per_seed": [float(np.mean(r["objectives"])) for r in dear]}
 
 
+def _signed(x: float) -> str:
+    """+0.012 / -0.012; a difference that rounds to zero prints +0.000 (never -0.000)."""
+    return f"{round(x, 3) + 0.0:+.3f}"
+
+
 def write_suite_summary(out: Path, results: dict[str, list[dict]], command: str) -> None:
     lines = ["# Learning suite (SYNTHETIC worlds with known optima)", "", f"Command: `{command}`", "",
              (f"Per world: the best fixed policy (chosen on the train split by the objective) and DEAR (HAPPO, "
@@ -400,8 +405,8 @@ def write_suite_summary(out: Path, results: dict[str, list[dict]], command: str)
             verdict += " (must beat it)"
         seeds = " / ".join(f"{x:.3f}" for x in v["per_seed"])
         lines.append(f"| {name} | {WORLDS[name].optimum} | {b['detail']} ({best_obj:.3f}) | "
-                     f"{float(np.mean(v['mean']['objectives'])):.3f} ({seeds}) | {v['diff']:+.3f} "
-                     f"[{v['low']:+.3f}, {v['high']:+.3f}] | {verdict} | {cpu:.1f} |")
+                     f"{float(np.mean(v['mean']['objectives'])):.3f} ({seeds}) | {_signed(v['diff'])} "
+                     f"[{_signed(v['low'])}, {_signed(v['high'])}] | {verdict} | {cpu:.1f} |")
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
 
 
@@ -434,7 +439,7 @@ def write_ablation_table(out: Path, defaults: Path, command: str) -> str:
                 row.append("–")
                 continue
             d, lo, hi = paired_difference(dear["objectives"], best["objectives"])
-            row.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            row.append(f"{_signed(d)} [{_signed(lo)}, {_signed(hi)}]")
         return row
 
     seeds = sorted({r["key"] for name in names for w in WORLDS for r in read_rows(out / name / w)
