@@ -38,6 +38,7 @@ from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
 from dear.debate.prompts import LAYOUTS
+from dear.debate.protocols import unanimous
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.deprecation import add_renamed_flags, rename_keys
@@ -601,8 +602,7 @@ class Evaluator:
 def _stop_unanimous(debates: Sequence[Debate]) -> None:
     """End every running debate whose last round is unanimous (all agents gave the same parsed answer)."""
     for d in debates:
-        keys = d.answer_keys
-        if d.done or not keys or keys[0] is None or any(k != keys[0] for k in keys):
+        if d.done or not unanimous(d.answer_keys):
             continue
         d.finished = True
         d.trace.set_vote(d.vote())

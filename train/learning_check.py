@@ -192,10 +192,7 @@ class CheckDir:
             atomic_write_text(saved, json.dumps(settings, indent=2) + "\n")
 
     def rows(self) -> dict[str, dict]:
-        path = self.out / "rows.jsonl"
-        if not path.exists():
-            return {}
-        return {(r := json.loads(line))["key"]: r for line in path.read_text().splitlines() if line.strip()}
+        return {r["key"]: r for r in read_rows(self.out)}
 
     def add(self, key: str, row: Row, **extra: Any) -> None:
         with open(self.out / "rows.jsonl", "a") as f:

@@ -36,8 +36,8 @@ TURN_KINDS = ("revise", "keep", "fresh")
 # plurality over every distinct sample the debate produced (round 0, fresh samples and revisions; a kept answer
 # is not a new sample, so it does not vote twice).
 DECISIONS = ("last-round", "all-answers")
-_MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate
-_MIN_MAX_TOKENS = 16
+MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate (also the server's check)
+MIN_MAX_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -573,7 +573,7 @@ class DebateEngine:
         return p
 
     def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
-        return sum(backend.count_tokens(m.content) + _MSG_OVERHEAD_TOKENS for m in messages)
+        return sum(backend.count_tokens(m.content) + MSG_OVERHEAD_TOKENS for m in messages)
 
     def _prompt_builder(self, d: Debate, agent: int, peers: list[int], guidance: str | None = None) -> _PromptBuilder:
         """The exchange prompt of `agent` in the debate's next round, in the configured layout."""
@@ -623,7 +623,7 @@ class DebateEngine:
             return messages, 0, cfg.max_tokens
         # A (byte-level BPE) token covers at least one UTF-8 byte, so short prompts fit without asking the
         # tokenizer (an HTTP round trip per call on llama.cpp).
-        n_bytes = sum(len(m.content.encode()) + _MSG_OVERHEAD_TOKENS for m in messages)
+        n_bytes = sum(len(m.content.encode()) + MSG_OVERHEAD_TOKENS for m in messages)
         if n_bytes + cfg.max_tokens <= ctx:
             return messages, 0, cfg.max_tokens
         n_tok = n_tok_full = self._count(backend, messages)
@@ -638,7 +638,7 @@ class DebateEngine:
             n_tok = self._count(backend, messages)
         max_tokens = cfg.max_tokens
         if n_tok + max_tokens > ctx:
-            max_tokens = max(_MIN_MAX_TOKENS, ctx - n_tok)
+            max_tokens = max(MIN_MAX_TOKENS, ctx - n_tok)
         if truncated or own_cut or max_tokens != cfg.max_tokens:
             self.stats.add(truncations=1)
             log.warning(

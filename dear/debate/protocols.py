@@ -93,7 +93,8 @@ def _control(n_agents: int, temperature: float, top_p: float, kinds=None, stop: 
     return RoundControl(mask, temperature, top_p, kinds=kinds, stop=stop)
 
 
-def _unanimous(keys) -> bool:
+def unanimous(keys) -> bool:
+    """Every agent gave the same parsed answer (no answer is never unanimous)."""
     return bool(keys) and keys[0] is not None and all(k == keys[0] for k in keys)
 
 
@@ -110,7 +111,7 @@ class StopWhenUnanimousProtocol(Protocol):
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
         full = ~np.eye(self.n_agents, dtype=bool)
         return [_control(self.n_agents, self.temperature, self.top_p, mask=full,
-                         stop=self.always or _unanimous(d.answer_keys)) for d in debates]
+                         stop=self.always or unanimous(d.answer_keys)) for d in debates]
 
 
 class SelfConsistencyProtocol(Protocol):

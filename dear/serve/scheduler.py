@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dear.debate import prompts
-from dear.debate.engine import _MIN_MAX_TOKENS, _MSG_OVERHEAD_TOKENS, Debate, DebateConfig, default_debate_seed
+from dear.debate.engine import MIN_MAX_TOKENS, MSG_OVERHEAD_TOKENS, Debate, DebateConfig, default_debate_seed
 from dear.debate.trace import AgentTurn
 from dear.infer import InferenceResult, RegulatedDebater, inference_result
 from dear.llm.base import Backend, BackendError, ChatMessage
@@ -205,9 +205,9 @@ class DebateScheduler:
         backend, cfg, ctx = debater.backend, debater.config, debater.backend.context_length
         checks = [(prompts.round0_messages(question, cfg.system_prompt), cfg.max_tokens, 0)]
         if cfg.n_rounds >= 1:
-            checks.append((_last_round_floor(question, cfg), _MIN_MAX_TOKENS, cfg.n_rounds))
+            checks.append((_last_round_floor(question, cfg), MIN_MAX_TOKENS, cfg.n_rounds))
         # A (byte-level BPE) token covers at least one UTF-8 byte: short prompts fit without tokenizing.
-        if all(sum(len(m.content.encode()) + _MSG_OVERHEAD_TOKENS for m in messages) + budget <= ctx
+        if all(sum(len(m.content.encode()) + MSG_OVERHEAD_TOKENS for m in messages) + budget <= ctx
                for messages, budget, _ in checks):
             return
         counted: dict[str, int] = {}  # the last round repeats the same texts
@@ -343,7 +343,7 @@ def _count(backend: Backend, messages: list[ChatMessage], counted: dict[str, int
     for m in messages:
         if m.content not in counted:
             counted[m.content] = backend.count_tokens(m.content)
-    return sum(counted[m.content] + _MSG_OVERHEAD_TOKENS for m in messages)
+    return sum(counted[m.content] + MSG_OVERHEAD_TOKENS for m in messages)
 
 
 def _too_long_message(ctx: int, n: int, budget: int, round_: int, cfg: DebateConfig) -> str:
