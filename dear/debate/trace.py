@@ -108,7 +108,7 @@ class DebateTrace:
     error: str | None = None
     prompt_tokens: int = 0  # debaters' calls of the kept rounds
     completion_tokens: int = 0
-    # Interventions (dear/debate/interventions.py): their extra calls, the rounds they replaced, their tokens.
+    # Interventions (dear/debate/interventions/): their extra calls, the rounds they replaced, their tokens.
     extra_calls: list[ExtraCall] = field(default_factory=list)
     discarded_rounds: list[list[AgentTurn]] = field(default_factory=list)
     extra_prompt_tokens: int = 0
