@@ -109,7 +109,7 @@ def bench_sim_rollouts(episodes: int = 256, envs_per_worker: int = 64) -> None:
 
 def bench_embedded(episodes: int = 2, max_tokens: int = 256) -> None:
     """One HAPPO iteration on the embedded model, in-process (num_workers=0): LLM vs everything else."""
-    from train.happo import Trainer
+    from train.runner import Trainer
 
     cfg = load_config("gsm8k", ["rollout.num_workers=0", f"rollout.episodes_per_iter={episodes}",
                                 f"rollout.envs_per_worker={episodes}", f"llm.max_tokens={max_tokens}",

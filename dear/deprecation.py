@@ -1,4 +1,5 @@
-"""Old names that still work: renamed config keys and command-line flags, each with one deprecation message.
+"""Old names that still work: renamed config keys and command-line flags, moved modules and files, each with one
+deprecation message.
 
 One place for the rule "the old name loads, says which name replaces it, and may not be given beside the new
 one", used by the training config, the policy config, saved settings and every CLI."""
@@ -68,3 +69,30 @@ def add_renamed_flags(parser: argparse.ArgumentParser, renamed: Mapping[str, str
         if target is None:
             raise ValueError(f"add_renamed_flags: {new} is not a flag of {parser.prog}; add it first")
         parser.add_argument(old, dest=target.dest, type=target.type, nargs=target.nargs, action=RenamedFlag, new=new)
+
+
+def warn_moved_module(old: str, new: str, note: str = "") -> None:
+    """The FutureWarning of an old module path kept as a thin alias (call it at the alias's top level): names the
+    module, and the command `python -m {new}`, that replace it."""
+    warnings.warn(f"{old} has moved to {new} (`python -m {new}`){note}; the old path is a deprecated alias",
+                  FutureWarning, stacklevel=2)
+
+
+# Files that moved: a stored setting that names the old path means the new one (a byte-identical copy).
+MOVED_FILES = {
+    "results/corpus-gsm8k/evidence/sim_params_synthetic_texts.json":
+        "worlds/gsm8k-fitted/sim_params_synthetic_texts.json",
+    "results/corpus-gsm8k/evidence/text_bank.json.gz": "worlds/gsm8k-fitted/text_bank.json.gz",
+}
+
+
+def with_moved_files(data: Any) -> Any:
+    """A copy of stored settings (nested dicts, lists, strings) in which every string naming a moved file names its
+    new path, so that settings saved before the move compare equal to the same settings today."""
+    if isinstance(data, str):
+        return MOVED_FILES.get(data, data)
+    if isinstance(data, dict):
+        return {k: with_moved_files(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [with_moved_files(v) for v in data]
+    return data

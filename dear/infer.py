@@ -5,7 +5,7 @@ No trainer, Ray or gym: an exported artifact (`python -m dear.export RUN OUT`) p
     python -m dear.infer --policy results/embedded-gsm8k-math500/policy --llm local \\
         --question "A pen costs $3 and a notebook twice that. What do 2 pens and 1 notebook cost?"
     python -m dear.infer --policy POLICY --llm openai:http://127.0.0.1:8000/v1#my-model \\
-        --questions mine.jsonl --question-field problem --kind math --out traces.jsonl
+        --questions mine.jsonl --question-field problem --kind math --out traces.jsonl --html debates.html
 
     from dear.infer import RegulatedDebater
     with RegulatedDebater("POLICY", "local") as debater:
@@ -14,7 +14,8 @@ No trainer, Ray or gym: an exported artifact (`python -m dear.export RUN OUT`) p
 
 With `--answer-field`, answers are graded and accuracy is printed; without it, gold is unknown and nothing is
 graded. The policy chooses who reads whom and each agent's temperature/top-p from round 1 on; round 0 uses
-the fixed `--temperature`/`--top-p` like training did.
+the fixed `--temperature`/`--top-p` like training did. `--html` draws the debates just run as one page
+(dear/debate/picture.py, the picture `python -m dear.show` draws of a stored trace).
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dear import tasks
+from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
+from dear.debate.picture import write_html
 from dear.debate.trace import DebateTrace, write_jsonl
 from dear.deprecation import add_renamed_flags, renamed_keyword
 from dear.evidence import make_encoder
@@ -41,6 +44,7 @@ from dear.tasks import AnswerKind, Question
 
 log = logging.getLogger(__name__)
 
+PROG = "python -m dear.infer"
 UNKNOWN_GOLD = ""  # Question.gold for inference questions: the engine does not grade them
 
 
@@ -149,7 +153,7 @@ def _load_questions(a: argparse.Namespace) -> list[Question]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m dear.infer", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default=str(SHIPPED_POLICY),
                    help="exported policy dir (python -m dear.export RUN OUT); default: the shipped policy "
@@ -177,6 +181,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke)")
     p.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
     p.add_argument("--out", help="write per-debate JSONL traces (with the regulator's decisions) here")
+    p.add_argument("--html", help="write a picture of the debates here (one self-contained HTML page, as "
+                                  "python -m dear.show draws a stored trace)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if a.choice and a.kind != "choice":
@@ -188,8 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if a.out:
-        check_output_file(a.out, "--out")  # before any debate runs, not after
+    for flag, path in (("--out", a.out), ("--html", a.html)):
+        if path:
+            check_output_file(path, flag)  # before any debate runs, not after
     questions = _load_questions(a)
     exported = load_exported(a.policy)
     options = {}
@@ -232,8 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         decisions.write_text("".join(decisions_json(r.trace.debate_id, r.question_id, r.controls) + "\n"
                                      for r in results), encoding="utf-8")
         print(f"traces: {n} -> {out} (regulator decisions -> {decisions})")
+    if a.html:
+        page = write_html([r.trace for r in results], a.html, command=command_line(PROG, argv))
+        print(f"picture -> {page}")
     return 1 if any(r.failed for r in results) else 0
 
 
 if __name__ == "__main__":
-    run_cli(main, "python -m dear.infer")
+    run_cli(main, PROG)

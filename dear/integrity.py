@@ -1,4 +1,5 @@
-"""Verified files: sha256 per file recorded at save time and checked at load, atomic writes, named read errors.
+"""Verified files: sha256 per file recorded at save time and checked at load, named read errors; the atomic
+writes of `dear.atomic` re-exported for the callers that verify files.
 
 Used by training checkpoints (`train/checkpoint.py`) and policy exports (`dear/export.py`). A checksum file is
 JSON ``{"format": "dear-sha256", "files": {"name": "<sha256 hex>", ...}}`` next to the files it covers; a file
@@ -14,6 +15,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from dear.atomic import atomic_write_bytes, atomic_write_text, write_json  # noqa: F401  (re-exported)
 
 CHECKSUM_FORMAT = "dear-sha256"
 CHECKSUMS_FILE = "checksums.json"  # the checksum file of a training checkpoint directory
@@ -31,27 +34,12 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to a temporary file next to `path`, then rename: readers see the old or the new file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
 def write_checksums(directory: str | Path, names: Iterable[str], checksum_file: str) -> dict[str, str]:
     """Record the sha256 of `names` (files in `directory`) in `directory/checksum_file`; returns the mapping."""
     directory = Path(directory)
     files = {name: sha256_file(directory / name) for name in sorted(names)}
-    atomic_write_text(directory / checksum_file,
-                      json.dumps({"format": CHECKSUM_FORMAT, "files": files}, indent=1) + "\n")
+    write_json(directory / checksum_file, {"format": CHECKSUM_FORMAT, "files": files}, indent=1,
+               trailing_newline=True)
     return files
 
 

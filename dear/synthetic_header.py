@@ -1,5 +1,5 @@
 """The header that tags a synthetic question: written by the task (dear.tasks.synthetic), read by the simulator
-(dear.llm.sim) and the server. One format, one parser, on floor 0 so that both floor-1 packages share it."""
+(dear.sim) and the server. One format, one parser, on floor 0 so that both floor-1 packages share it."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dear.atomic import write_json
 from dear.cli import run as run_cli
 from eval import plots, report
 from eval import run as eval_run
@@ -81,9 +82,9 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000)
             results.append(r)
     synthetic = sources[0].synthetic
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sources.json").write_text(json.dumps(
-        [{"directory": str(s.path), "command": s.command,
-          "benchmarks": sorted(b for b, p in origin.items() if p == s.path)} for s in sources], indent=1))
+    write_json(out / "sources.json",
+               [{"directory": str(s.path), "command": s.command,
+                 "benchmarks": sorted(b for b, p in origin.items() if p == s.path)} for s in sources], indent=1)
     report.write_csv(results, out / "summary.csv")
     meta = {
         "title": "DEAR evaluation, combined" + (" (SYNTHETIC)" if synthetic else ""),

@@ -109,7 +109,7 @@ def load_traces(source: str) -> list[DebateTrace]:
     if not path.exists():
         raise FileNotFoundError(f"--traces {source}: no such file or directory")
     if path.is_dir() or path.name.endswith(".jsonl.gz"):
-        from eval.corpus import iter_traces, read_corpus
+        from dear.debate.corpus_file import iter_traces, read_corpus
 
         traces = list(iter_traces(read_corpus(path)))
     else:

@@ -15,7 +15,7 @@ Directories it knows:
   logs); its report is rebuilt by the last recorded command with ``--report-only``, and ``interventions.md``, if
   present, by the command it names;
 - a layout comparison (`eval.layouts`, ``arms.jsonl`` + ``round0.jsonl``): its report is rebuilt from the records;
-- a debate corpus (`eval.corpus`, ``corpus.jsonl.gz``): the simulator fit and evidence match read it; rebuild
+- a debate corpus (`simworld.corpus`, ``corpus.jsonl.gz``): the simulator fit and evidence match read it; rebuild
   them with the commands their reports name.
 """
 
@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from dear import tasks
+from dear.atomic import write_json
 from dear.cli import run as run_cli
+from dear.debate.corpus_file import CORPUS_FILE, read_corpus
 from dear.debate.regrade import TraceChange, change_of, regrade_trace
 from dear.debate.trace import DebateTrace
 from dear.integrity import atomic_write_bytes, atomic_write_text, read_json
@@ -41,7 +43,6 @@ from dear.tasks.equivalence import STATS
 from dear.tasks.types import Question
 from eval import interventions, layouts
 from eval import run as eval_run
-from eval.corpus import CORPUS_FILE, read_corpus
 from eval.report import REGRADE_RECORD, moved_note, read_regrade_record
 
 PROG = "python -m eval.regrade"
@@ -120,7 +121,7 @@ def write_record(root: Path, files: dict[str, dict[str, Any]], before: dict[str,
                                            "runs": []}
     record["runs"].append({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "files": files,
                            "math_equivalence_checks": STATS.checks, "math_equivalence_undecided": STATS.undecided})
-    atomic_write_text(path, json.dumps(record, indent=1))
+    write_json(path, record, indent=1)
     return record
 
 
@@ -193,8 +194,8 @@ def rebuild_layout_report(root: Path, settings: dict[str, Any], record: dict[str
 
 
 def regrade_corpus_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
-    """A debate corpus (`eval.corpus`): every record's trace, the gzip file rewritten one member per record as
-    `eval.corpus` writes it. The fit and evidence reports built from it are rebuilt by their own commands."""
+    """A debate corpus (`simworld.corpus`): every record's trace, the gzip file rewritten one member per record as
+    `simworld.corpus` writes it. The fit and evidence reports built from it are rebuilt by their own commands."""
     settings = read_json(root / "settings.json", "corpus settings")
     path = root / CORPUS_FILE
     records = read_corpus(path)

@@ -33,6 +33,7 @@ from typing import Any
 from tqdm import tqdm
 
 from dear import tasks
+from dear.atomic import write_json
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
@@ -458,7 +459,7 @@ class Evaluator:
         path = Path(self.s.out) / "run.json"
         run_json = read_json(path, "run settings") if path.exists() else {}
         run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
-        path.write_text(json.dumps(run_json, indent=1))
+        write_json(path, run_json, indent=1)
         return self._density[benchmark]
 
     def _timings(self) -> dict[str, float]:
@@ -466,7 +467,7 @@ class Evaluator:
         return read_json(p, "generation timings") if p.exists() else {}
 
     def _save_timings(self, timings: dict[str, float]) -> None:
-        (Path(self.s.out) / "timings.json").write_text(json.dumps(timings, indent=1))
+        write_json(Path(self.s.out) / "timings.json", timings, indent=1)
 
     # -- report
     def label(self, spec: M.MethodSpec) -> str:
@@ -568,7 +569,7 @@ class Evaluator:
         (out / "summary.md").write_text(md, encoding="utf-8")
         plots.write_all(results, out, synthetic=synthetic)
         run_json["synthetic"] = synthetic
-        (out / "run.json").write_text(json.dumps(run_json, indent=1))
+        write_json(out / "run.json", run_json, indent=1)
         return results
 
     def _sharing_note(self, legacy: list[str]) -> str:
@@ -716,11 +717,11 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
     stored = _check_settings(out, settings, report_only=a.report_only)
-    (out / "run.json").write_text(json.dumps(stored, indent=1))
+    write_json(out / "run.json", stored, indent=1)
     command = command_line("python -m eval.run", argv)
     if not a.report_only:  # the report names the command that produced the traces, not a re-render
         stored.setdefault("commands", []).append(command)
-        (out / "run.json").write_text(json.dumps(stored, indent=1))
+        write_json(out / "run.json", stored, indent=1)
     ev = Evaluator(settings, specs, ckpt, backend=backend)
     try:
         if not a.report_only:

@@ -8,12 +8,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from dear.atomic import write_json
+
 
 def guard_settings(path: Path, settings: Any, prog: str, hint: str = "use another --out") -> None:
     """Write `settings` (a dataclass) to `path`, or exit with one line naming what differs from the stored ones."""
     wanted = json.loads(json.dumps(asdict(settings)))  # tuples -> lists, as stored
     if not path.exists():
-        path.write_text(json.dumps(wanted, indent=2) + "\n")
+        write_json(path, wanted, indent=2, trailing_newline=True)
         return
     try:
         stored = json.loads(path.read_text())

@@ -14,7 +14,7 @@ def tiny_run(tmp_path):
 
     def train(*overrides: str, name: str = "run") -> Path:
         from train.config import load_config
-        from train.happo import Trainer
+        from train.runner import Trainer
 
         cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false",
                                            "rollout.num_workers=0", "rollout.envs_per_worker=4",

@@ -1,4 +1,4 @@
-"""eval.corpus: the resumable logged-debate corpus collector (sim backend; one smoke-model test marked slow)."""
+"""simworld.corpus: the resumable logged-debate corpus collector (sim backend; one smoke-model test marked slow)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from dear.llm.sim import SimBackend
-from eval import corpus
-from eval.corpus import LoggingPolicy, read_corpus
+from dear.sim import SimBackend
+from simworld import corpus
+from simworld.corpus import LoggingPolicy, read_corpus
 
 BASE = ["--llm", "sim", "--task", "synthetic", "--layout", "single"]
 
@@ -71,7 +71,7 @@ def test_collects_logging_and_mad_debates_on_disjoint_questions(tmp_path):
                        for t in tr["rounds"][1])
     prov = (out / "PROVENANCE.md").read_text()
     assert "SYNTHETIC" in prov and "6 logging-policy on 6 questions" in prov and "3 MAD on 3" in prov and "layout `single`" in prov
-    assert "python -m eval.corpus" in prov and "--n-logging 6" in prov
+    assert "python -m simworld.corpus" in prov and "--n-logging 6" in prov
 
 
 def test_resume_grows_the_corpus_and_a_cut_member_is_redone(tmp_path):

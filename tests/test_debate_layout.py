@@ -11,8 +11,8 @@ from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts
 from dear.debate.protocols import FixedMaskProtocol
 from dear.llm.base import Completion
 from dear.llm.local import SlotAffinity, parse_chat_response
-from dear.llm.sim import SimBackend
 from dear import tasks
+from dear.sim import SimBackend
 from tests.test_debate_engine import FakeBackend, answer_text, gsm
 
 

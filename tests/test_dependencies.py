@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dear", "envs", "train", "eval")
+PACKAGES = ("dear", "envs", "train", "eval", "simworld")
 
 
 def _requirements() -> dict[str, list[Requirement]]:

@@ -7,10 +7,10 @@ from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers dear/Debate-v0)
 from dear.llm.base import Completion
-from dear.llm.sim import SimBackend
 from dear.metrics import round_vote
 from dear.policy import RAW_BOUND, pair_order, to_sampling
 from dear.regulator import state_dim
+from dear.sim import SimBackend
 from envs.debate_env import DebateEnv, EpisodeSummary
 
 

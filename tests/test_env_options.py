@@ -154,7 +154,7 @@ def test_the_fitted_world_trains_and_its_export_says_so(tmp_path):
     from dear.export import export_checkpoint, load_exported
     from eval.methods import load_checkpoint
     from train.config import load_config
-    from train.happo import Trainer
+    from train.runner import Trainer
 
     cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.envs_per_worker=8",
                               "rollout.episodes_per_iter=8", "run.iterations=1"])

@@ -8,8 +8,8 @@ from gymnasium.vector import AutoresetMode
 
 import envs  # noqa: F401
 from dear.llm.base import Backend
-from dear.llm.sim import SimBackend
 from dear.policy import JointPolicy, PolicyConfig
+from dear.sim import SimBackend
 from envs.vector_env import DebateVectorEnv
 
 

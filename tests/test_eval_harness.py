@@ -17,7 +17,7 @@ import pytest
 
 from dear.debate.trace import read_jsonl
 from dear.llm.base import Completion
-from dear.llm.sim import SimBackend
+from dear.sim import SimBackend
 from eval import run as eval_run
 from tests.test_eval_run import make_train_checkpoint
 

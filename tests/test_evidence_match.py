@@ -1,4 +1,4 @@
-"""eval.evidence_match and the sim's text bank: simulated e_ij brought to a corpus' e_ij (synthetic data).
+"""simworld.evidence_match and the sim's text bank: simulated e_ij brought to a corpus' e_ij (synthetic data).
 
 The "real" corpus here is a sim-made corpus whose texts are rewritten so that agreement is much less visible
 (every completion is padded with words shared by all answers to the question, as real texts share the
@@ -13,9 +13,9 @@ import json
 import numpy as np
 import pytest
 
-from dear.llm.sim import SimBackend, SimParams, TextBank, parse_header
-from eval import corpus, evidence_match
-from eval.corpus import CORPUS_FILE, read_corpus
+from dear.sim import SimBackend, SimParams, TextBank, parse_header
+from simworld import corpus, evidence_match
+from simworld.corpus import CORPUS_FILE, read_corpus
 
 
 def _pad(text: str, question: str, rng) -> str:

@@ -41,7 +41,7 @@ def test_corrupt_or_missing_artifacts(tmp_path):
 
 def test_export_from_trainer_checkpoint_loads_without_trainer_ray_or_gym(tmp_path):
     from train.config import load_config
-    from train.happo import Trainer
+    from train.runner import Trainer
 
     cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
                                        "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])

@@ -10,8 +10,8 @@ import torch
 
 from dear.export import export_policy
 from dear.infer import RegulatedDebater, main, make_question
-from dear.llm.sim import SimBackend
 from dear.policy import JointPolicy, PolicyConfig
+from dear.sim import SimBackend
 from dear.tasks import load_jsonl
 from dear.tasks.synthetic import load_synthetic
 

@@ -197,7 +197,7 @@ def test_bad_inputs_name_the_file(tmp_path):
 
 
 def test_corpus_directory_is_read(tmp_path):
-    from eval.corpus import read_corpus
+    from dear.debate.corpus_file import read_corpus
 
     corpus = read_corpus("results/corpus-gsm8k")
     pairs = list(J.round_pairs("results/corpus-gsm8k", J.load_traces("results/corpus-gsm8k")))

@@ -11,7 +11,7 @@ import pytest
 
 from train import learning_check as lc
 from train.config import load_config
-from train.happo import evaluate
+from train.evaluate import evaluate
 
 TINY = ["run.iterations=1", "rollout.episodes_per_iter=8", "rollout.envs_per_worker=8"]
 
@@ -62,7 +62,7 @@ def test_rows_labels_and_resume(tmp_path, capsys):
 def test_mad_row_is_the_full_mesh_at_the_configs_sampling(tmp_path):
     cfg = load_config("sim-stylised", TINY)
     a = evaluate(cfg, lc.fixed_policy(cfg, lc.mad(cfg)), 16, seed=3, split="test")
-    from train.happo import mad_policy
+    from train.evaluate import mad_policy
 
     b = evaluate(cfg, mad_policy(cfg), 16, seed=3, split="test")
     assert a["rollout/accuracy"] == b["rollout/accuracy"] and a["rollout/mask_density"] == 1.0
@@ -112,7 +112,7 @@ def test_the_suite_runs_worlds_and_writes_a_verdict_per_world(tmp_path):
 def test_dear_is_evaluated_on_the_baselines_debates_whatever_its_training_seed(tmp_path):
     """The DEAR row of seed s sees the same questions and round 0 as the baselines: its round-0 scores are the
     round-0 row's (the check once evaluated with run.seed = s, which changed round 0)."""
-    from train.happo import Trainer
+    from train.runner import Trainer
 
     cfg = load_config("sim-stylised", [*TINY, "run.seed=7", f"run.out_dir={tmp_path}", "logging.progress=false"])
     base = load_config("sim-stylised", [*TINY, "logging.progress=false"])

@@ -34,13 +34,13 @@ def _parsers():
     from dear.debate.__main__ import parse_args as debate
     from dear.infer import parse_args as infer
     from dear.serve.__main__ import parse_args as serve
-    from eval.corpus import parse_args as corpus
     from eval.layouts import parse_args as layouts
     from eval.run import parse_args as run
+    from simworld.corpus import parse_args as corpus
 
     return {  # module -> (parse_args, arguments it needs besides the flags under test)
         "dear.debate": (debate, []), "dear.infer": (infer, ["--policy", "p", "--question", "q"]),
-        "dear.serve": (serve, ["--policy", "p"]), "eval.corpus": (corpus, ["--layout", "multiturn", "--out", "c"]),
+        "dear.serve": (serve, ["--policy", "p"]), "simworld.corpus": (corpus, ["--layout", "multiturn", "--out", "c"]),
         "eval.layouts": (layouts, ["--out", "l"]), "eval.run": (run, ["--benchmarks", "gsm8k"]),
     }
 
@@ -149,8 +149,8 @@ def test_env_constructors_take_the_old_temperature_keyword_with_a_warning():
 def test_regulated_debater_takes_the_old_rounds_keyword(tmp_path):
     from dear.export import export_policy
     from dear.infer import RegulatedDebater
-    from dear.llm.sim import SimBackend
     from dear.policy import JointPolicy, PolicyConfig
+    from dear.sim import SimBackend
 
     torch.manual_seed(0)
     exported = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "policy", encoder="hashing",
@@ -209,7 +209,7 @@ def test_the_training_env_takes_the_exchange_layout_from_the_config():
     from dear.debate.engine import DebateConfig
     from train.build import make_vector_env
     from train.config import ConfigError, load_config
-    from dear.llm.sim import SimBackend
+    from dear.sim import SimBackend
 
     assert load_config("sim-stylised").env.layout == DebateConfig.layout  # one default, the engine's
     cfg = load_config("sim-stylised", ["env.layout=multiturn", "rollout.envs_per_worker=2", "rollout.episodes_per_iter=2"])

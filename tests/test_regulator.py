@@ -7,9 +7,9 @@ import torch
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.trace import AgentTurn, DebateTrace
 from dear.evidence import make_encoder
-from dear.llm.sim import SimBackend
 from dear.policy import JointPolicy, PolicyConfig, pairs_to_mask, selection_observation
 from dear.regulator import RegulatedProtocol, make_controls, observe, state_dim
+from dear.sim import SimBackend
 from dear.tasks.types import Question
 
 

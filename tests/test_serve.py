@@ -104,7 +104,7 @@ def export_sim_policy(tmp: Path) -> Path:
     """A policy exported from a one-iteration HAPPO run on the synthetic debaters (in `tmp`)."""
     from dear.export import export_checkpoint
     from train.config import load_config
-    from train.happo import Trainer
+    from train.runner import Trainer
 
     cfg = load_config("sim-stylised", [f"run.out_dir={tmp}", "logging.progress=false", "rollout.num_workers=0",
                               "rollout.envs_per_worker=8", "rollout.episodes_per_iter=8", "run.iterations=1"])

@@ -173,7 +173,7 @@ def refusing_backend(error: str, from_round: int = 0):
     """A SimBackend that refuses every request of round `from_round` on with `error` (as a backend does after
     its retries)."""
     from dear.llm.base import Completion
-    from dear.llm.sim import SimBackend
+    from dear.sim import SimBackend
 
     class Refusing(SimBackend):
         def generate(self, requests):

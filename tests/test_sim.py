@@ -1,4 +1,5 @@
-"""The synthetic debater backend (`sim`), the `synthetic` task and the sim-fitting script."""
+"""The simulated world (`dear.sim`): the synthetic debater backend, the `synthetic` task and the records the
+fit reads."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import time
 import numpy as np
 import pytest
 
-from dear.llm import sim
+from dear import sim
 from dear.llm.base import ChatMessage, ChatRequest
-from dear.llm.sim import SimBackend, SimParams
+from dear.sim import SimBackend, SimParams
+from dear.sim.records import read_traces
 from dear.tasks import synthetic
 from dear.tasks.synthetic import load_synthetic
-from eval import fit_sim
-from eval.fit_sim import Schedule, compute_stats, simulate
+from simworld.rates import compute_stats
+from simworld.replay import BOXED, Schedule, simulate
 
 
 def _req(q, agent=0, rnd=0, own=None, peers=(), T=0.7, top_p=0.9, seed=0, max_tokens=1024):
@@ -66,7 +68,7 @@ def test_synthetic_task_questions():
 # ---------------------------------------------------------------- backend basics
 def test_labels_format_and_tokens(caplog):
     q = load_synthetic(1)[0]
-    with caplog.at_level(logging.DEBUG, logger="dear.llm.sim"):
+    with caplog.at_level(logging.DEBUG, logger="dear.sim"):
         be = SimBackend()
         req = _req(q, T=0.7)
         [c] = be.generate([req])
@@ -215,7 +217,7 @@ def test_a_smart_policy_can_beat_mad():
     qs = load_synthetic(1500, seed=4, split="test")
     be = SimBackend(seed=1)
     r0 = be.generate([_req(q, agent=a, seed=10 * k + a) for k, q in enumerate(qs) for a in range(3)])
-    ans = [[fit_sim._BOXED.findall(r0[3 * k + a].text)[-1] for a in range(3)] for k in range(len(qs))]
+    ans = [[BOXED.findall(r0[3 * k + a].text)[-1] for a in range(3)] for k in range(len(qs))]
 
     def final_acc(policy):
         reqs = []
@@ -227,7 +229,7 @@ def test_a_smart_policy_can_beat_mad():
         out = be.generate(reqs)
         acc = 0
         for k, q in enumerate(qs):
-            votes = [fit_sim._BOXED.findall(out[3 * k + a].text)[-1] for a in range(3)]
+            votes = [BOXED.findall(out[3 * k + a].text)[-1] for a in range(3)]
             top = max(votes.count(v) for v in votes)
             acc += q.gold in votes and votes.count(q.gold) == top
         return acc / len(qs)
@@ -269,49 +271,15 @@ def test_throughput():
     assert rate > 1000, f"{rate:.0f} agent-turns/s"
 
 
-# ---------------------------------------------------------------- fitting
-def test_fit_recovers_known_parameters():
-    true = SimParams(skills=[0.0, 0.0, 0.0], difficulty_center=0.2, difficulty_scale=1.5, switch_bias=-1.5,
-                     switch_disagree=1.5, switch_agree=2.0, p_resolve=0.5, resolve_bonus=1.0, p_unique_wrong=0.3)
-    records = simulate(SimBackend(true, seed=1), fit_sim.random_schedules(1200, seed=3), 1, seed=5)
-    p, info = fit_sim.fit(records)
-    assert info["round0_converged"] and info["transitions"] == 3600
-    assert abs(p.difficulty_center - 0.2) < 0.25 and abs(p.difficulty_scale - 1.5) < 0.3
-    assert abs(p.p_unique_wrong - 0.3) < 0.1
-    assert abs(p.p_resolve - 0.5) < 0.2 and abs(p.resolve_bonus - 1.0) < 0.6
-    # the move probabilities that matter (disagreeing peers) are recovered
-    for n_dis, n_agr in ((1, 0), (2, 0), (1, 1)):
-        assert abs(float(sim.p_move(p, n_dis, n_agr, 0.0)) - float(sim.p_move(true, n_dis, n_agr, 0.0))) < 0.1
-    # and the fitted sim reproduces the data's rates
-    real = compute_stats(records)
-    fitted = compute_stats(simulate(SimBackend(p, seed=2), fit_sim.random_schedules(1200, seed=3), 1, seed=6))
-    for key in ("round-0 accuracy", "C→I all", "I→C all"):
-        assert abs(real[key].rate - fitted[key].rate) < 0.05, key
-
-
-def test_fit_script_end_to_end(tmp_path, capsys):
-    records = simulate(SimBackend(seed=3), fit_sim.random_schedules(60, seed=1), 1, seed=2)
-    traces = tmp_path / "traces.jsonl"
-    fit_sim.write_records(records, traces)
-    assert [r.rounds for r in fit_sim.read_traces(traces)] == [r.rounds for r in records]
-    out, report = tmp_path / "params_synthetic_fit.json", tmp_path / "fit_report.md"
-    assert fit_sim.main(["--traces", str(traces), "--out", str(out), "--report", str(report),
-                         "--replicates", "5"]) == 0
-    params = SimBackend.from_file(out).params
-    assert isinstance(params, SimParams)
-    text = report.read_text()
-    assert "| C→I all |" in text and "sim-v1 fitted (synthetic)" in text and "--replicates 5" in text
-    assert "| I→C agree=1 |" in capsys.readouterr().out
-
-
+# ---------------------------------------------------------------- records
 def test_read_traces_names_bad_lines(tmp_path):
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"rounds": [[{"agent": 0, "correct": true}]]}\n')
     with pytest.raises(ValueError, match="t.jsonl:1 round 0: bad agent turn"):
-        fit_sim.read_traces(bad)
+        read_traces(bad)
     bad.write_text("not json\n")
     with pytest.raises(ValueError, match="t.jsonl:1: not JSON"):
-        fit_sim.read_traces(bad)
+        read_traces(bad)
 
 
 # ---------------------------------------------------------------- with the real debate engine
@@ -339,18 +307,5 @@ def test_engine_drives_sim_through_metadata(tmp_path):
     # and the engine's traces feed the fitter
     path = tmp_path / "traces.jsonl"
     write_jsonl([d.trace for d in debates], path)
-    stats = compute_stats(fit_sim.read_traces(path))
+    stats = compute_stats(read_traces(path))
     assert stats["round-0 accuracy"].den == 120 and stats["C→I all"].den + stats["I→C all"].den == 240
-
-
-@pytest.mark.slow
-def test_collect_with_the_real_smoke_model(tmp_path):
-    traces = tmp_path / "traces_real_smoke.jsonl"
-    fit_sim.main(["--collect", "2", "--llm", "smoke", "--max-tokens", "48", "--traces", str(traces),
-                  "--out", str(tmp_path / "params_synthetic_fit.json"), "--report", str(tmp_path / "r.md"),
-                  "--replicates", "3", "--fit"])
-    records = fit_sim.read_traces(traces)
-    assert len(records) == 2 and all(len(r.rounds) == 2 for r in records)
-    temps = [t.temperature for r in records for t in r.rounds[1]]
-    assert all(0.1 <= T <= 1.2 for T in temps)
-    assert (tmp_path / "r.md").exists()

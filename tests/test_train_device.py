@@ -12,7 +12,8 @@ from dear.policy import Critic, JointPolicy, PolicyConfig
 from dear.regulator import state_dim
 from train.algorithm import HAPPO, resolve_device
 from train.config import ConfigError, HAPPOConfig, load_config
-from train.happo import Trainer, build_config, parse_args
+from train.happo import build_config, parse_args
+from train.runner import Trainer
 from tests.test_train_algorithm import V, _batch
 
 SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=4",

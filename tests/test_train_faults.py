@@ -17,8 +17,9 @@ from dear.llm.sim import SimBackend
 from dear.tasks import load as load_task
 from train.checkpoint import CheckpointError, latest_checkpoint
 from train.config import ConfigError, load_config
-from train.happo import RunDirError, Trainer, main
+from train.happo import main
 from train.partial import PARTIAL_DIR
+from train.runner import RunDirError, Trainer
 
 SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
          "rollout.episodes_per_iter=16", "run.checkpoint_every=1", "happo.num_minibatches=2"]

@@ -9,7 +9,8 @@ from safetensors.torch import load_file
 
 from train.checkpoint import latest_checkpoint
 from train.config import ConfigError, load_config
-from train.happo import Trainer, TrainingError, main
+from train.happo import main
+from train.runner import Trainer, TrainingError
 
 SMALL = ["run.out_dir={out}", "logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
          "rollout.episodes_per_iter=16", "run.checkpoint_every=1", "happo.num_minibatches=2"]
@@ -26,6 +27,18 @@ def _rows(run_dir):
 
 def _weights(run_dir):
     return load_file(str(latest_checkpoint(run_dir) / "model.safetensors"))
+
+
+def test_moved_names_stay_importable_from_train_happo():
+    import train.evaluate
+    import train.happo
+    import train.runner
+
+    for name in ("Trainer", "TrainingError", "AllDebatesFailed", "RunDirError", "TrainResult", "RUN_ARTIFACTS",
+                 "check_new_run_dir", "new_run_dir", "remove_paths"):
+        assert getattr(train.happo, name) is getattr(train.runner, name), name
+    for name in ("evaluate", "mad_policy", "summarize_episodes"):
+        assert getattr(train.happo, name) is getattr(train.evaluate, name), name
 
 
 def test_resume_matches_uninterrupted_bit_for_bit(tmp_path):
@@ -70,6 +83,8 @@ def test_run_dir_logs_and_synthetic_labels(tmp_path):
         assert "synthetic/" + k in rows[0], k
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "synthetic/charts/SPS" in header
+    summary = (run / "summary.json").read_text()
+    assert summary == json.dumps(json.loads(summary), indent=2)  # the format runs were written in, no final newline
     ckpt = latest_checkpoint(run)
     assert ckpt.name == "iter_000002"
     for f in ("model.safetensors", "optimizer.pt", "state.json", "torch_rng.safetensors", "config.yaml"):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from train.config import load_config
-from train.happo import Trainer, evaluate, mad_policy
+from train.evaluate import evaluate, mad_policy
+from train.runner import Trainer
 
 SEEDS = (1, 2, 3)
 EVAL_EPISODES = 256

@@ -50,14 +50,16 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from dear.atomic import atomic_write_text, write_json
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
-from dear.integrity import atomic_write_text
 from dear.policy import JointPolicy
 from train.build import policy_config
+from dear.deprecation import with_moved_files
 from train.config import TrainConfig, load_config
-from train.happo import Trainer, evaluate
+from train.evaluate import evaluate
 from train.logger import read_metrics
+from train.runner import Trainer
 
 log = logging.getLogger("train.learning_check")
 PROG = "python -m train.learning_check"
@@ -182,14 +184,14 @@ class CheckDir:
         out.mkdir(parents=True, exist_ok=True)
         saved = out / "settings.json"
         if saved.exists():
-            old = json.loads(saved.read_text())
+            old = with_moved_files(json.loads(saved.read_text()))  # settings saved before a file moved
             old.pop("seeds", None)  # checks written before seeds could be added later stored them
             if old != settings:
                 diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
                 raise SystemExit(f"{PROG}: error: {out} holds a check with other settings ({', '.join(diff)}); "
                                  "use another --out")
         else:
-            atomic_write_text(saved, json.dumps(settings, indent=2) + "\n")
+            write_json(saved, settings, indent=2, trailing_newline=True)
 
     def rows(self) -> dict[str, dict]:
         return {r["key"]: r for r in read_rows(self.out)}

@@ -51,7 +51,7 @@ def make_backend(spec: str, **kwargs) -> Backend:
             raise _unknown(spec, "vllm needs a model id or path")
         return VLLMBackend(rest, **kwargs)
     if kind == "sim" and not rest:
-        from dear.llm.sim import SimBackend
+        from dear.sim.backend import SimBackend  # the simulated world, a package of its own (dear/sim/)
 
         return SimBackend(**kwargs)
     raise _unknown(

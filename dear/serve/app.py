@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 import dear
 from dear.infer import InferenceResult, make_question
-from dear.llm.sim import parse_header
+from dear.synthetic_header import parse_header
 from dear.serve.schemas import (
     DebateParams,
     RequestError,

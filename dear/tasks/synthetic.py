@@ -1,6 +1,6 @@
 """The `synthetic` task: generated numeric questions for the synthetic debater backend (`sim`).
 
-Each question's text starts with a machine-readable header line that the sim backend (dear/llm/sim.py) reads,
+Each question's text starts with a machine-readable header line that the sim backend (dear/sim/) reads,
 followed by a short fake word problem::
 
     [synthetic id=train-000017 difficulty=0.42 answer=731 distractors=118,402,655]

@@ -1,7 +1,7 @@
-"""eval.fit_corpus / fit_sim.fit_mle: the simulator fitted by maximum likelihood and validated out of sample.
+"""simworld.fit / simworld.mle.fit_mle: the simulator fitted by maximum likelihood and validated out of sample.
 
 The key test generates a corpus with the sim backend itself (known parameters, the logging policy of
-eval.corpus), fits it and checks that the fit recovers the generating parameters and beats the null model on
+simworld.corpus), fits it and checks that the fit recovers the generating parameters and beats the null model on
 held-out questions. All numbers here are synthetic.
 """
 
@@ -14,11 +14,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dear.llm import sim
-from dear.llm.sim import SimBackend, SimParams
-from eval import corpus, fit_corpus, fit_sim
-from eval.fit_corpus import NullModel
-from eval.fit_sim import FitData, Transition
+from dear import sim
+from dear.sim import SimBackend, SimParams
+from dear.sim.likelihood import FitData
+from dear.sim.records import Transition, transitions
+from simworld import corpus, mle, validation
+from simworld import fit as simfit
+from simworld.replay import Schedule, random_schedules, simulate
+from simworld.validation import NullModel
 
 # generating parameters deliberately away from the defaults (the optimiser starts at the defaults)
 TRUE = replace(SimParams(), skills=[0.4, 0.0, -0.4], difficulty_center=0.2, temp_penalty=1.0, top_p_weight=1.0,
@@ -37,15 +40,15 @@ def sim_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fitted(sim_corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("fit")
-    result = fit_corpus.run(sim_corpus, out, holdout=0.2, seed=0, sim_questions=150, command="test", ridge=0.0)
+    result = simfit.run(sim_corpus, out, holdout=0.2, seed=0, sim_questions=150, command="test", ridge=0.0)
     return result, out  # plain ML: does it recover the generating parameters?
 
 
 def test_fit_recovers_the_generating_parameters(fitted):
     result, out = fitted
     ident = result["identification"]
-    layout = fit_sim._mle_layout(3, fit_top_p=True)
-    truth = dict(zip([q.name for q in layout], fit_sim._params_to_theta(TRUE, layout, 3)))
+    layout = mle._mle_layout(3, fit_top_p=True)
+    truth = dict(zip([q.name for q in layout], mle._params_to_theta(TRUE, layout, 3)))
     assert set(ident["estimates"]) == set(truth)
     misses = {}
     for name, est in ident["estimates"].items():
@@ -58,10 +61,10 @@ def test_fit_recovers_the_generating_parameters(fitted):
     for name in ("difficulty_center", "switch_bias", "switch_disagree", "switch_agree", "self_revise_bias",
                  "resolve_bonus", "skill_0"):
         assert ident["se"][name] < 0.6, (name, ident["se"][name])
-    p = SimParams.from_json(out / fit_corpus.PARAMS_FILE)
+    p = SimParams.from_json(out / simfit.PARAMS_FILE)
     assert p.words_base == pytest.approx(TRUE.words_base, abs=3) and p.words_per_temp == pytest.approx(90, abs=5)
     assert p.p_unique_wrong == pytest.approx(TRUE.p_unique_wrong, abs=0.15)
-    doc = json.loads((out / fit_corpus.PARAMS_FILE).read_text())
+    doc = json.loads((out / simfit.PARAMS_FILE).read_text())
     assert doc["synthetic"] is True and doc["identification"]["identified"]["switch_agree"] is True
 
 
@@ -86,14 +89,14 @@ def test_heldout_likelihood_beats_the_null_and_calibration_holds(fitted):
 def test_data_from_other_parameters_fit_worse_out_of_sample():
     """A wrong structure shows up: parameters fitted on another world lose held-out likelihood."""
     other = replace(TRUE, switch_bias=0.5, switch_agree=0.0, self_revise_bias=0.0, p_resolve=0.9)
-    sched = fit_sim.random_schedules(300, rounds=2, seed=4)
-    a = fit_sim.simulate(SimBackend(TRUE, seed=1), sched, 1, seed=2)
-    b = fit_sim.simulate(SimBackend(other, seed=1), sched, 1, seed=3)
-    fit_a = fit_sim.fit_mle(a[:240]).params
-    fit_b = fit_sim.fit_mle(b[:240]).params
+    sched = random_schedules(300, rounds=2, seed=4)
+    a = simulate(SimBackend(TRUE, seed=1), sched, 1, seed=2)
+    b = simulate(SimBackend(other, seed=1), sched, 1, seed=3)
+    fit_a = mle.fit_mle(a[:240]).params
+    fit_b = mle.fit_mle(b[:240]).params
     test_a = FitData.of(a[240:])
-    ll_right = fit_corpus.heldout_loglik(fit_a, test_a)
-    ll_wrong = fit_corpus.heldout_loglik(fit_b, test_a)
+    ll_right = validation.heldout_loglik(fit_a, test_a)
+    ll_wrong = validation.heldout_loglik(fit_b, test_a)
     assert ll_right > ll_wrong + 0.05 * len(test_a.transitions), (ll_right, ll_wrong)
 
 
@@ -114,15 +117,15 @@ def test_null_model_is_a_proper_distribution_and_fits_by_counts():
 
 def test_wrong_answer_patterns_and_length_fit():
     for m in (2, 3, 4):
-        assert sum(fit_sim._signature_probs(0.2, 1.0, m).values()) == pytest.approx(1.0)
-    probs = fit_sim._signature_probs(0.0, 50.0, 3)  # one dominant distractor: every wrong answer coincides
+        assert sum(mle._signature_probs(0.2, 1.0, m).values()) == pytest.approx(1.0)
+    probs = mle._signature_probs(0.0, 50.0, 3)  # one dominant distractor: every wrong answer coincides
     assert probs[(3,)] == pytest.approx(1.0, abs=1e-9)
     rng = np.random.default_rng(0)
     T = rng.uniform(0.1, 1.2, 400)
     tokens = 40 + 90 * T + sim.TEXT_OVERHEAD_TOKENS + rng.normal(0, 6, 400)
-    w = fit_sim.fit_words([(t, int(round(n)), False) for t, n in zip(T, tokens)] + [(1.0, 384, True)] * 50)
+    w = mle.fit_words([(t, int(round(n)), False) for t, n in zip(T, tokens)] + [(1.0, 384, True)] * 50)
     assert w["words_base"] == pytest.approx(40, abs=2) and w["words_per_temp"] == pytest.approx(90, abs=3)
-    assert fit_sim.fit_words([(0.7, 100, False)] * 10)["identified"] is False  # T never varied
+    assert mle.fit_words([(0.7, 100, False)] * 10)["identified"] is False  # T never varied
 
 
 def test_sim_text_overhead_constant_matches_the_backend():
@@ -141,12 +144,12 @@ def test_sim_text_overhead_constant_matches_the_backend():
 
 
 def test_not_identified_parameters_are_reported():
-    sched = fit_sim.random_schedules(120, rounds=1, seed=1)  # top-p constant at 0.9 in these schedules
-    recs = fit_sim.simulate(SimBackend(seed=0), sched, 1, seed=1)
-    fit = fit_sim.fit_mle(recs)
+    sched = random_schedules(120, rounds=1, seed=1)  # top-p constant at 0.9 in these schedules
+    recs = simulate(SimBackend(seed=0), sched, 1, seed=1)
+    fit = mle.fit_mle(recs)
     assert "top_p_weight" in fit.why_not and "top_p_weight" not in fit.estimates
-    only_mad = fit_sim.simulate(SimBackend(seed=0), [fit_sim.Schedule.mad(3, 1)] * 80, 1, seed=2)
-    fit2 = fit_sim.fit_mle(only_mad)
+    only_mad = simulate(SimBackend(seed=0), [Schedule.mad(3, 1)] * 80, 1, seed=2)
+    fit2 = mle.fit_mle(only_mad)
     assert "self_revise_bias" in fit2.why_not and fit2.identified["self_revise_bias"] is False
     assert "switch_temp" in fit2.why_not  # temperature never varied in MAD
 
@@ -155,44 +158,44 @@ def test_ridge_is_chosen_by_cross_validation_on_the_training_part(tmp_path):
     out = tmp_path / "small-corpus"
     corpus.main(["--llm", "sim", "--task", "synthetic", "--layout", "single", "--out", str(out),
                  "--n-logging", "40", "--n-mad", "4"], backend=SimBackend(TRUE, seed=5))
-    result = fit_corpus.run(out, tmp_path / "fit", holdout=0.2, seed=0, sim_questions=20, command="test",
+    result = simfit.run(out, tmp_path / "fit", holdout=0.2, seed=0, sim_questions=20, command="test",
                             ridge_grid=(3.0, 0.0), cv_folds=2)
     cv = result["ridge_cv"]
     assert cv["grid"] == [0.0, 3.0] and cv["folds"] == 2  # ascending: a tie goes to plain ML
-    assert cv["transitions"] == len(fit_sim.transitions(fit_corpus.to_records(
-        fit_corpus.split_by_question(fit_corpus.load_corpus(out).logging, 0.2, 0)[0], "train")))
+    assert cv["transitions"] == len(transitions(simfit.to_records(
+        simfit.split_by_question(simfit.load_corpus(out).logging, 0.2, 0)[0], "train")))
     assert result["ridge"] == cv["grid"][int(np.argmax(cv["loglik_per_transition"]))]
     for row in result["loglik_per_transition"]:  # every λ scored on the held-out parts too
         assert set(row["by_ridge"]) == {"0.0", "3.0"} and row["by_ridge"][str(result["ridge"])] == row["fitted"]
     text = (tmp_path / "fit" / "fit_report.md").read_text()
     assert "## Penalty: λ = " in text and "← chosen" in text
-    assert json.loads((tmp_path / "fit" / fit_corpus.PARAMS_FILE).read_text())["ridge"] == result["ridge"]
+    assert json.loads((tmp_path / "fit" / simfit.PARAMS_FILE).read_text())["ridge"] == result["ridge"]
 
 
 def test_ridge_shrinks_the_transition_law_and_leaves_round_0_free():
-    recs = fit_sim.simulate(SimBackend(TRUE, seed=2), fit_sim.random_schedules(30, rounds=2, seed=6), 1, seed=3)
-    plain = fit_sim.fit_mle(recs, standard_errors=False)
-    shrunk = fit_sim.fit_mle(recs, ridge=3.0, standard_errors=False)
-    norm = {f.info["ridge"]: sum(v * v for k, v in f.estimates.items() if k in fit_sim.PENALISED)
+    recs = simulate(SimBackend(TRUE, seed=2), random_schedules(30, rounds=2, seed=6), 1, seed=3)
+    plain = mle.fit_mle(recs, standard_errors=False)
+    shrunk = mle.fit_mle(recs, ridge=3.0, standard_errors=False)
+    norm = {f.info["ridge"]: sum(v * v for k, v in f.estimates.items() if k in mle.PENALISED)
             for f in (plain, shrunk)}
     assert norm[3.0] < norm[0.0]
     assert all(se is None for se in shrunk.se.values())  # skipped on request
-    assert "difficulty_center" not in fit_sim.PENALISED and "skill_0" not in fit_sim.PENALISED
+    assert "difficulty_center" not in mle.PENALISED and "skill_0" not in mle.PENALISED
     with pytest.raises(ValueError, match="ridge"):
-        fit_sim.fit_mle(recs, ridge=-1.0)
+        mle.fit_mle(recs, ridge=-1.0)
     with pytest.raises(ValueError, match="folds"):
-        fit_corpus.folds_by_question([{"question_id": "a"}], 2, 0)
+        simfit.folds_by_question([{"question_id": "a"}], 2, 0)
 
 
 def test_cli_errors_are_named(tmp_path):
     with pytest.raises(SystemExit):
-        fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--holdout", "1.5"])
+        simfit.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--holdout", "1.5"])
     with pytest.raises(SystemExit):
-        fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--ridge-grid", "0,x"])
+        simfit.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--ridge-grid", "0,x"])
     with pytest.raises(SystemExit):
-        fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--cv-folds", "1"])
+        simfit.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--cv-folds", "1"])
     with pytest.raises(SystemExit, match="corpus file not found"):
-        fit_corpus.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o")])
+        simfit.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o")])
 
 
 @pytest.mark.slow
@@ -202,7 +205,7 @@ def test_pipeline_on_a_real_smoke_model_corpus(tmp_path):
     out = tmp_path / "smoke-corpus"
     corpus.main(["--llm", "smoke", "--task", "gsm8k", "--layout", "multiturn", "--out", str(out), "--n-logging", "5",
                  "--n-mad", "2", "--n-rounds", "1", "--max-tokens", "32", "--parallel", "3", "--n-ctx", "2048"])
-    result = fit_corpus.run(out, tmp_path / "fit", holdout=0.4, seed=0, sim_questions=20, command="test",
+    result = simfit.run(out, tmp_path / "fit", holdout=0.4, seed=0, sim_questions=20, command="test",
                             ridge=0.0)  # 3 questions: too few to cross-validate
     assert result["n_train_debates"] == 3 and result["loglik_per_transition"]
     assert result["identification"]["not_identified"]  # 3 debates cannot identify 14 parameters
@@ -215,8 +218,8 @@ def test_token_counters_are_ratios_of_sums_over_usable_turns():
               "completion_tokens": 10},
              {"messages": [{"content": "x" * 999}], "text": "", "prompt_tokens": 5, "completion_tokens": 0,
               "error": "timeout"}]
-    c = fit_sim.fit_chars_per_token(turns)
+    c = mle.fit_chars_per_token(turns)
     assert c["identified"] and c["n"] == 2
     assert c["prompt_chars_per_token"] == pytest.approx(400 / 110)
     assert c["text_chars_per_token"] == pytest.approx(360 / 110)
-    assert fit_sim.fit_chars_per_token(turns[2:]) == {"identified": False, "n": 0}
+    assert mle.fit_chars_per_token(turns[2:]) == {"identified": False, "n": 0}
