@@ -21,8 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from dear.cli import run as run_cli
+from dear.debate.cli_args import OMIT, add_backend_args
 from dear.llm.base import Backend, ChatMessage, ChatRequest
 from dear.llm.registry import make_backend
+
+PROG = "python bench/bench_backend.py"
 
 
 @dataclass
@@ -78,11 +82,9 @@ def gsm8k_requests(n: int, max_tokens: int, temperature: float = 0.0) -> list[Ch
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--llm", default="smoke", help="backend spec (see dear.llm.registry.SPECS)")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_backend_args(p, llm="smoke", max_tokens=64, parallel=OMIT, n_ctx=2048)
     p.add_argument("--batch", type=int, default=3, help="requests per batch (= llama.cpp slots)")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--n-ctx", type=int, default=2048, help="llama.cpp context per slot")
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: all cores)")
     p.add_argument("--skip-single", action="store_true", help="only the batch measurement")
     p.add_argument("--json", action="store_true", help="print one JSON line per measurement")
@@ -116,4 +118,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_cli(main, PROG)

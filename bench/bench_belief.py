@@ -17,8 +17,11 @@ import time
 import torch
 
 from dear.belief import fuse, opinions
+from dear.cli import run as run_cli
 from dear.deprecation import add_renamed_flags
 from dear.evidence import pairwise_evidence
+
+PROG = "python bench/bench_belief.py"
 
 
 def make_inputs(batch: int, agents: int, dim: int, seed: int) -> dict[str, torch.Tensor]:
@@ -35,10 +38,11 @@ def one_round(h: torch.Tensor, c: torch.Tensor, mask: torch.Tensor, rule: str) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=256, help="debates per call (B)")
     parser.add_argument("--n-agents", type=int, nargs="+", default=[3, 5, 8], help="V values to time")
-    add_renamed_flags(parser, {"--agents": "--n-agents"})  # old name (issue 16)
+    add_renamed_flags(parser, {"--agents": "--n-agents"})  # the old name still works
     parser.add_argument("--dim", type=int, default=384, help="embedding dim (MiniLM: 384, BGE-M3: 1024)")
     parser.add_argument("--reps", type=int, default=50, help="timed calls per V (median reported)")
     parser.add_argument("--rule", choices=["dst", "mean"], default="dst")
@@ -71,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, PROG)

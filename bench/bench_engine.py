@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dear import tasks
+from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, summarize
-from dear.deprecation import add_renamed_flags
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
 from dear.llm.registry import make_backend
 
@@ -51,15 +52,11 @@ def _marked(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--llm", default="local")
-    p.add_argument("--task", default="gsm8k")
-    p.add_argument("--n", type=int, default=3)
-    p.add_argument("--n-agents", type=int, default=3)
-    p.add_argument("--n-rounds", type=int, default=2)
-    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(prog="python bench/bench_engine.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_question_args(p, split=OMIT, n=3)
+    add_backend_args(p, parallel=OMIT, n_ctx=OMIT)
+    add_debate_args(p, seed_note="also picks the questions")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = p.parse_args(argv)
 
@@ -120,4 +117,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, "python bench/bench_engine.py")

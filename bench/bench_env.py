@@ -21,6 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dear.cli import run as run_cli
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args
 from dear.policy import JointPolicy, PolicyConfig
 from envs.debate_env import DebateEnv
 from envs.vector_env import DebateVectorEnv
@@ -117,17 +119,14 @@ def bench_real(llm: str, n_agents: int, n_rounds: int, max_tokens: int, task: st
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python bench/bench_env.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0, help="wall time per sim measurement")
     ap.add_argument("--num-envs", type=int, default=64)
-    ap.add_argument("--n-agents", type=int, default=3)
-    ap.add_argument("--n-rounds", type=int, default=2)
-    ap.add_argument(
-        "--llm", default=None, help="also time one real episode on this backend (local, smoke, ...)"
-    )
-    ap.add_argument("--task", default="gsm8k")
-    ap.add_argument("--split", default="test")
-    ap.add_argument("--max-tokens", type=int, default=256)
+    add_debate_args(ap, seed=OMIT)
+    add_backend_args(ap, llm=None, llm_note="also time one real episode on this backend", max_tokens=256,
+                     parallel=OMIT, n_ctx=OMIT)
+    add_question_args(ap, split="test")
     ap.add_argument("--skip-sim", action="store_true")
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     args = ap.parse_args()
@@ -167,4 +166,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, "python bench/bench_env.py")

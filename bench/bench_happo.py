@@ -4,7 +4,7 @@
     python bench/bench_happo.py --embedded      # also: share of an iteration spent outside LLM generation (embedded model)
     python bench/bench_happo.py --update-devices  # only: HAPPO update time on CPU next to CUDA ("no GPU" without one)
 
-Targets (issue 6): update < 1 s on CPU; share outside generation <= 5 % with the embedded model.
+Targets: update < 1 s on CPU; share outside generation <= 5 % with the embedded model.
 Sim numbers are synthetic (no LLM) and measure the pipeline only.
 """
 
@@ -125,7 +125,7 @@ def bench_embedded(episodes: int = 2, max_tokens: int = 256) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="python bench/bench_happo.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--embedded", action="store_true", help="also time one iteration on the embedded model")
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--update-devices", action="store_true", help="only: update time on CPU next to CUDA")

@@ -20,9 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from dear.cli import run as run_cli
+from dear.debate.cli_args import OMIT, add_backend_args
 from dear.llm.base import ChatMessage, ChatRequest
 from dear.llm.local import CANCELLED
 from dear.llm.registry import make_backend
+
+PROG = "python bench/bench_stop.py"
 
 
 def long_requests(n: int, words: int) -> list[ChatRequest]:
@@ -48,12 +52,12 @@ def time_close(llm: str, progress_chunks: bool, args: argparse.Namespace) -> tup
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--llm", default="smoke", help="a local llama.cpp backend: smoke | local | local:PATH.gguf")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    add_backend_args(p, llm="smoke", llm_note="a llama.cpp one here: smoke, local or local:PATH.gguf",
+                     max_tokens=OMIT, parallel=OMIT, n_ctx=8192)
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--prompt-words", type=int, default=1000, help="~3 tokens each")
-    p.add_argument("--n-ctx", type=int, default=8192, help="context tokens per slot")
     p.add_argument("--stop-after", type=float, default=3.0, help="seconds between the start and close()")
     args = p.parse_args(argv)
     rows = {}
@@ -65,4 +69,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, PROG)

@@ -41,10 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from dear import tasks  # noqa: E402
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts  # noqa: E402
-from dear.deprecation import add_renamed_flags  # noqa: E402
+from dear.cli import run as run_cli  # noqa: E402
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args  # noqa: E402
 from dear.llm.base import Backend, ChatMessage, ChatRequest  # noqa: E402
-from dear.llm.local import SPECULATIVE_TYPES  # noqa: E402
 from dear.llm.registry import make_backend  # noqa: E402
+
+PROG = "python bench/bench_throughput.py"
 
 
 AFTER = "after: multiturn layout, concurrent debates"
@@ -151,21 +153,16 @@ def ceiling(raw: Pass, debate: Pass, reading: Pass) -> Ceiling | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--llm", default="local")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_question_args(p, task=OMIT, split=OMIT, data_seed=21,
+                      data_seed_note="GSM8K train questions (kept off the test split)")
     p.add_argument("--questions", type=int, default=6)
-    p.add_argument("--data-seed", type=int, default=21, help="GSM8K train questions (kept off the test split)")
-    p.add_argument("--parallel", type=int, default=9, help="llama.cpp slots")
+    add_backend_args(p, max_tokens=384, parallel=9, n_ctx=3072, speculative=True,
+                     speculative_note="adds pass 4 with this speculative decoding")
     p.add_argument("--in-flight", type=int, default=None, help="debates at once (default parallel // agents)")
-    p.add_argument("--n-agents", type=int, default=3)
-    p.add_argument("--n-rounds", type=int, default=2)
-    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=384)
-    p.add_argument("--n-ctx", type=int, default=3072)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--speculative", choices=SPECULATIVE_TYPES, help="add pass 4 with this speculative decoding")
+    add_debate_args(p)
     p.add_argument("--skip-before", action="store_true", help="leave out pass 2 (the old layout)")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="also write the passes here (JSON)")
     a = p.parse_args(argv)
     in_flight = a.in_flight or max(1, a.parallel // a.n_agents)
     questions = tasks.load("gsm8k", split="train", n=a.questions, seed=a.data_seed)
@@ -233,4 +230,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, PROG)

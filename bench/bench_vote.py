@@ -20,8 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from dear.cli import run as run_cli
 from dear.tasks.equivalence import STATS, AnswerClasses
 from dear.vote import tally
+
+PROG = "python bench/bench_vote.py"
 
 
 def stored_rounds(path: Path) -> list[tuple[str, list[str | None]]]:
@@ -46,7 +49,7 @@ def time_pass(rounds, group: bool) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", type=Path, nargs="+", default=[
         Path("results/eval-math500-n30-t2048/traces/math500/mad.jsonl"),
         Path("results/eval-gsm8k-n60-v2/traces/gsm8k/mad.jsonl")])
@@ -68,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, PROG)

@@ -1,7 +1,9 @@
 """How every command-line entry point answers a user's mistake: one line naming what is wrong, exit code 2.
 
 The traceback appears only with -v/--verbose. `python -m X` modules end with
-``if __name__ == "__main__": run(main, "python -m X")``."""
+``if __name__ == "__main__": run(main, "python -m X")``, and their code reports a user error by raising it
+(a ValueError naming the flag, file or line, or a missing file): `run` prints ``python -m X: error: ...``.
+The flags the CLIs share are declared once in dear.debate.cli_args."""
 
 from __future__ import annotations
 
@@ -74,6 +76,14 @@ def run(main: Callable[[], object], prog: str, **kwargs) -> None:
         print(f"{prog}: stopped", file=sys.stderr)
         code = STOPPED
     sys.exit(code)
+
+
+def require_at_least(args: argparse.Namespace, minimum: int, *dests: str) -> None:
+    """Raise ValueError naming the first flag of `dests` (argparse destinations) whose value is below `minimum`."""
+    for dest in dests:
+        value = getattr(args, dest)
+        if value < minimum:
+            raise ValueError(f"--{dest.replace('_', '-')} must be >= {minimum}, got {value}")
 
 
 def comma_list(kind: Callable[[str], object] = float) -> Callable[[str], tuple]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +43,7 @@ from dear.integrity import (
     verify_checkpoint_checksums,
 )
 from dear.policy import (
+    KINDS,
     RAW_BOUND,
     JointPolicy,
     PolicyConfig,
@@ -84,7 +84,7 @@ class ExportedPolicy:
 
     @property
     def n_rounds(self) -> int | None:
-        """Exchange rounds the policy was trained for (None = unknown); manifests before issue 16 say "rounds"."""
+        """Exchange rounds the policy was trained for (None = unknown); older manifests name it "rounds"."""
         training = self.manifest.get("training", {})
         value = training.get("n_rounds", training.get("rounds"))
         return None if value is None else int(value)
@@ -99,9 +99,14 @@ class ExportedPolicy:
         """Trained with silent turns: an agent that reads nobody keeps its answer without a model call."""
         return bool(self.manifest.get("training", {}).get("silent", False))
 
+    @property
+    def decision(self) -> str:
+        """The final vote's rule the policy was trained with (last-round for exports from before the setting)."""
+        return str(self.manifest.get("training", {}).get("decision") or "last-round")
+
 
 def _run_setting(section: dict[str, Any], key: str, old_key: str, default: Any = KeyError) -> Any:
-    """A run config.yaml value under its current key, or under the name it had before issue 16's renames."""
+    """A run config.yaml value under its current key, or under its old name (runs saved before a key was renamed)."""
     if key in section:
         return section[key]
     if old_key in section:
@@ -138,8 +143,10 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
         "fusion": cfg.fusion,
         "policy_config": {k: list(x) if isinstance(x, tuple) else x for k, x in cfg.to_dict().items()},
         "observation": {
-            "selection": {"dim": selection_obs_dim(v),
-                          "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]"},
+            "selection": {"dim": selection_obs_dim(v, cfg.actions),
+                          "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]" + (
+                              "; then [round / R, leader's votes / V, (leader - runner-up votes) / V] over the "
+                              "answers the final vote counts" if cfg.actions == "extended" else "")},
             "behavior": {"dim": behavior_obs_dim(v),
                          "layout": "per agent: [E_hat_i (V), u_hat_i, conflict_i, one_hot(i) (V)] after fusing "
                                    "agent i's opinion with the peers it reads; conflict_i = 0 under fusion 'mean'"},
@@ -148,6 +155,9 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
         "action": {
             "pair_order": [list(p) for p in pair_order(v)],
             "pairs_meaning": "pairs[k] = 1 for pair_order[k] = (i, j): agent i reads agent j's previous answer",
+            "set": cfg.actions,  # extended: the selection net also gives 3 kind logits per agent and a stop logit
+            **({"kinds": list(KINDS), "heads": "logits = [pairs (V(V-1)), kinds (V x 3, agent-major), stop (1)]"}
+               if cfg.actions == "extended" else {}),
             "behavior": "raw (V, 2) (z_T, z_P) per agent, clipped to +-raw_bound",
             "raw_bound": RAW_BOUND,
             "temperature_range": list(cfg.temperature_range),
@@ -302,7 +312,9 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
             fixed_top_p=pol.get("fixed_top_p", 0.9),
             behavior_map=pol.get("behavior_map", "sigmoid"),  # runs from before the key: the paper's sigmoid
-            selection_bias_init=pol.get("selection_bias_init", 0.0),
+            selection_bias_init=pol.get("selection_bias_init", 0.0), actions=env.get("actions", "paper"),
+            kinds_mode=pol.get("kinds_mode", "learned"), stop_mode=pol.get("stop_mode", "learned"),
+            stop_agree=pol.get("stop_agree", 1.0),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"{ckpt / 'config.yaml'}: bad env/policy section: {type(e).__name__}: {e}") from None
@@ -324,6 +336,7 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
                 "n_rounds": _run_setting(env, "n_rounds", "rounds", None), "token_cost": env.get("token_cost"),
                 "layout": env.get("layout"),  # None: a run from before the layout setting
                 "silent": bool(env.get("silent", False)), "answer_aware": float(env.get("answer_aware", 0.0)),
+                "decision": env.get("decision", "last-round"),
                 "sim_params": _sim_params_setting(llm) if synthetic else None}
     return export_policy(policy, out_dir, encoder, training, force=force)
 
@@ -334,11 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR (replaces its export)")
     args = p.parse_args(argv)
-    try:
-        out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
-    except ExportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    out = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)  # an ExportError is a user error
     m = json.loads((out / MANIFEST_FILE).read_text())
     print(f"exported V={m['n_agents']} encoder={m['encoder']} synthetic={m['training'].get('synthetic')} -> {out}")
     return 0

@@ -30,15 +30,18 @@ from pathlib import Path
 from dear import tasks
 from dear.cli import command_line
 from dear.cli import run as run_cli
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_output_args, add_policy_args
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.picture import write_html
 from dear.debate.trace import DebateTrace, write_jsonl
-from dear.deprecation import add_renamed_flags, renamed_keyword
+from dear.deprecation import renamed_keyword
 from dear.evidence import make_encoder
 from dear.export import SHIPPED_POLICY, ExportedPolicy, choose_encoder, load_exported
 from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
+from dear.llm.base import GENERATED_TOKENS
 from dear.llm.cache import CachedBackend
+from dear.progress import LiveProgress
 from dear.regulator import RegulatedProtocol, RegulatorRecord, decisions_json
 from dear.tasks import AnswerKind, Question
 
@@ -73,7 +76,7 @@ class RegulatedDebater:
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
                  **backend_options):
-        n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # issue 16
+        n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # old keyword
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         if self.exported.synthetic:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
@@ -81,7 +84,7 @@ class RegulatedDebater:
         self.config = DebateConfig(n_agents=self.exported.n_agents,
                                    n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
-                                   silent=self.exported.silent)
+                                   silent=self.exported.silent, decision=self.exported.decision)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
         self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)
         self.encoder = make_encoder(self.encoder_spec)
@@ -155,9 +158,7 @@ def _load_questions(a: argparse.Namespace) -> list[Question]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", default=str(SHIPPED_POLICY),
-                   help="exported policy dir (python -m dear.export RUN OUT); default: the shipped policy "
-                        f"{SHIPPED_POLICY.name} (trained in the simulator fitted to real debates)")
+    add_policy_args(p, shipped=SHIPPED_POLICY)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--question", help="one question as text")
     src.add_argument("--questions", help="JSONL file, one question per line")
@@ -167,23 +168,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--answer-field", help="gold answers in the JSONL: grade and print accuracy")
     p.add_argument("--choices-field", help="options field for --kind choice in the JSONL")
     p.add_argument("--id-field", help="question id field in the JSONL (default: line number)")
-    p.add_argument("--llm", default="local", help="backend spec: local | smoke | openai:URL#model | vllm:MODEL")
-    p.add_argument("--n-rounds", type=int, help="exchange rounds (default: the policy's training setting)")
-    add_renamed_flags(p, {"--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
-    p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--encoder", help="override the policy's encoder spec (needs --allow-encoder-mismatch)")
-    p.add_argument("--allow-encoder-mismatch", action="store_true",
-                   help="run with an --encoder other than the one the policy was trained with")
-    p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke)")
-    p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke)")
-    p.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
-    p.add_argument("--out", help="write per-debate JSONL traces (with the regulator's decisions) here")
-    p.add_argument("--html", help="write a picture of the debates here (one self-contained HTML page, as "
-                                  "python -m dear.show draws a stored trace)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    backend = add_backend_args(p, parallel_note="default: questions x agents, at most 16")
+    backend.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
+    add_debate_args(p, n_agents=OMIT, n_rounds=None, n_rounds_note="default: the policy's training setting",
+                    sampling=True, sampling_note="round 0 (the policy sets the later rounds)")
+    output = add_output_args(p, out_help="write per-debate JSONL traces (with the regulator's decisions) here",
+                             verbose=True)
+    output.add_argument("--html", help="write a picture of the debates here (one self-contained HTML page, as "
+                                       "python -m dear.show draws a stored trace)")
     a = p.parse_args(argv)
     if a.choice and a.kind != "choice":
         p.error("--choice needs --kind choice")
@@ -211,7 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.exported.synthetic else ""
         print(f"{len(questions)} question(s), V={debater.config.n_agents}, rounds={debater.config.n_rounds}, "
               f"llm={a.llm}{tag}", flush=True)
-        results = debater.run(questions)
+        # The debates run in lockstep, so progress counts rounds; tokens and elapsed time move within a round.
+        with LiveProgress(debater.config.n_rounds + 1, f"{len(questions)} debate(s)", unit="round",
+                          tokens=GENERATED_TOKENS.total) as progress:
+            results = debater.run(questions, on_round=lambda r, debates: progress.update(1))
     wall = time.perf_counter() - t0
     for r in results:
         status = f"FAILED {r.error}" if r.failed else (

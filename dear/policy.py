@@ -40,6 +40,17 @@ SelectionMode = Literal["learned", "full", "random"]
 BehaviorMap = Literal["sigmoid", "clip"]
 BehaviorMode = Literal["learned", "fixed"]
 FusionRule = Literal["dst", "mean"]
+ActionSet = Literal["paper", "extended"]
+KindsMode = Literal["learned", "revise", "keep", "fresh"]
+StopMode = Literal["learned", "never", "agree"]
+
+# Turn kinds of the extended action set, in the order of the kind head's logits (= dear.debate.engine.TURN_KINDS).
+KINDS = ("revise", "keep", "fresh")
+REVISE, KEEP, FRESH = range(3)
+# Decision features the extended selection observation appends (dear.regulator.decision_features):
+# [round / R, leader's votes / V, (leader - runner-up votes) / V] over the answers the final vote would count.
+N_DECISION_FEATURES = 3
+LEADER_FEATURE = -2  # index of "leader's votes / V" in the extended selection observation
 
 RAW_BOUND = 10.0  # finite bound of the environment's raw behavior Box; sigmoid(±10) is within 5e-5 of 0/1
 DEFAULT_TEMPERATURE_RANGE = (0.1, 1.2)
@@ -60,8 +71,14 @@ def n_pairs(n_agents: int) -> int:
     return n_agents * (n_agents - 1)
 
 
-def selection_obs_dim(n_agents: int) -> int:
-    return n_agents * (2 * n_agents + 1)
+def selection_obs_dim(n_agents: int, actions: ActionSet = "paper") -> int:
+    """The paper's V(2V+1) features; the extended action set adds the decision features (stop needs them)."""
+    return n_agents * (2 * n_agents + 1) + (N_DECISION_FEATURES if actions == "extended" else 0)
+
+
+def selection_head_dim(n_agents: int, actions: ActionSet = "paper") -> int:
+    """Logits of the selection net: V(V-1) pairs; extended adds 3 kind logits per agent and one stop logit."""
+    return n_pairs(n_agents) + (3 * n_agents + 1 if actions == "extended" else 0)
 
 
 def behavior_obs_dim(n_agents: int) -> int:
@@ -240,30 +257,94 @@ def _mlp(inp: int, hidden: int, out: int, out_std: float) -> nn.Sequential:
 
 
 class SelectionPolicy(nn.Module):
-    """Selection actor ("who reads whom"): MLP on the selection observation -> V(V-1) Bernoulli logits.
+    """Selection actor ("who reads whom"): MLP on the selection observation -> V(V-1) Bernoulli logits; with the
+    extended action set also 3 turn-kind logits per agent and one stop logit (`ExtendedSelection`).
 
-    The small output init makes every p_{i<-j} start near sigmoid(bias_init) (0.5 by default).
+    The small output init makes every p_{i<-j} start near sigmoid(bias_init) (0.5 by default), every kind near 1/3
+    and the stop near 1/2: the neutral start, favouring no action.
     """
 
-    def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0):
+    def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0, actions: ActionSet = "paper"):
         super().__init__()
         self.n_agents = n_agents
-        self.obs_dim = selection_obs_dim(n_agents)
+        self.actions = actions
+        self.obs_dim = selection_obs_dim(n_agents, actions)
         self.n_pairs = n_pairs(n_agents)
         self.obs_norm = RunningNorm(self.obs_dim)
-        self.net = _mlp(self.obs_dim, hidden, self.n_pairs, out_std=0.01)
+        self.net = _mlp(self.obs_dim, hidden, selection_head_dim(n_agents, actions), out_std=0.01)
         with torch.no_grad():  # every p_{i<-j} starts near sigmoid(bias_init); 0 = 0.5
-            self.net[-1].bias.fill_(float(bias_init))
+            self.net[-1].bias[: self.n_pairs].fill_(float(bias_init))
+            self.net[-1].bias[self.n_pairs:].zero_()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Logits (B, V(V-1)) in `pair_order`."""
+        """Logits (B, selection_head_dim): pairs in `pair_order`, then (extended) V x 3 kinds, then stop."""
         if obs.shape[-1] != self.obs_dim:
             raise ValueError(f"selection obs: expected last dim {self.obs_dim}, got {tuple(obs.shape)}")
         return self.net(self.obs_norm(obs))
 
     def distribution(self, obs: torch.Tensor) -> Independent:
         """Joint distribution over the pair vector; ``log_prob``/``entropy`` are summed over pairs -> (B,)."""
-        return Independent(Bernoulli(logits=self(obs)), 1)
+        return Independent(Bernoulli(logits=self(obs)[..., : self.n_pairs]), 1)
+
+    def extended(self, obs: torch.Tensor) -> ExtendedSelection:
+        """The extended action set's distribution (pairs, kinds, stop)."""
+        logits = self(obs)
+        v, k = self.n_agents, self.n_pairs
+        return ExtendedSelection(logits[..., :k], logits[..., k: k + 3 * v].reshape(*logits.shape[:-1], v, 3),
+                                 logits[..., -1])
+
+
+@dataclass
+class ExtendedSelection:
+    """The extended selection action of one debate and its probabilities, factorised as
+
+        π(stop, kinds, pairs) = Bern(stop) · [no stop] Π_i Cat(kind_i) · Π_{i revises} Π_j Bern(pair_ij)
+
+    Parts that do not act are not part of the action: after a stop nothing else counts, and an agent that keeps
+    or draws a fresh sample reads nobody, so its pairs carry no log-prob and no entropy (they would only add
+    noise to the gradient). `log_prob` and `entropy` are of that hierarchical action; entropy is exact:
+    H(stop) + P(go) Σ_i [H(kind_i) + P(revise_i) Σ_j H(pair_ij)].
+    """
+
+    pair_logits: torch.Tensor  # (B, V(V-1))
+    kind_logits: torch.Tensor  # (B, V, 3) in KINDS order
+    stop_logit: torch.Tensor  # (B,)
+    # Parts played by a fixed rule (a baseline setting) carry no log-prob and no entropy.
+    learn_pairs: bool = True
+    learn_kinds: bool = True
+    learn_stop: bool = True
+
+    def _parts(self):
+        return (Bernoulli(logits=self.pair_logits), torch.distributions.Categorical(logits=self.kind_logits),
+                Bernoulli(logits=self.stop_logit))
+
+    def pair_weights(self, kinds: torch.Tensor) -> torch.Tensor:
+        """(B, V(V-1)) 1 where the pair's reader revises (the pairs that act), in pair_order (agent-major)."""
+        v = kinds.shape[-1]
+        return (kinds == REVISE).to(self.pair_logits.dtype).repeat_interleave(v - 1, dim=-1)
+
+    def sample(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        pairs, kinds, stop = (d.sample() for d in self._parts())
+        return pairs, kinds, stop
+
+    def mode(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return ((self.pair_logits > 0).to(self.pair_logits.dtype), self.kind_logits.argmax(-1),
+                (self.stop_logit > 0).to(self.stop_logit.dtype))
+
+    def log_prob(self, pairs: torch.Tensor, kinds: torch.Tensor, stop: torch.Tensor) -> torch.Tensor:
+        pair_d, kind_d, stop_d = self._parts()
+        go = 1.0 - stop
+        inner = (self.learn_kinds * kind_d.log_prob(kinds).sum(-1)
+                 + self.learn_pairs * (pair_d.log_prob(pairs) * self.pair_weights(kinds)).sum(-1))
+        return self.learn_stop * stop_d.log_prob(stop) + go * inner
+
+    def entropy(self) -> torch.Tensor:
+        pair_d, kind_d, stop_d = self._parts()
+        v = self.kind_logits.shape[-2]
+        p_revise = kind_d.probs[..., REVISE].repeat_interleave(v - 1, dim=-1)
+        inner = (self.learn_kinds * kind_d.entropy().sum(-1)
+                 + self.learn_pairs * (p_revise * pair_d.entropy()).sum(-1))
+        return self.learn_stop * stop_d.entropy() + (1.0 - stop_d.probs) * inner
 
 
 class BehaviorPolicy(nn.Module):
@@ -337,6 +418,11 @@ class PolicyConfig:
     seed: int = 0  # seeds the "random" selection mode's generator
     behavior_map: BehaviorMap = "sigmoid"  # raw behavior -> sampling (to_sampling); sigmoid = the paper's
     selection_bias_init: float = 0.0  # initial logit of every pair (0: p = 0.5)
+    # "paper": pairs + (T, top-p); "extended": also a turn kind per agent (revise / keep / fresh) and a stop
+    actions: ActionSet = "paper"
+    kinds_mode: KindsMode = "learned"  # extended: learned, or one kind for every agent (baselines: fresh = SC)
+    stop_mode: StopMode = "learned"  # extended: learned, never, or agree (stop once the leader has stop_agree)
+    stop_agree: float = 1.0  # stop_mode="agree": stop when the vote's leader holds >= stop_agree * V answers
 
     def __post_init__(self):
         if self.selection_mode not in ("learned", "full", "random"):
@@ -349,13 +435,18 @@ class PolicyConfig:
             raise ValueError(f"fusion must be dst|mean, got {self.fusion!r}")
         if self.n_agents < 2:
             raise ValueError(f"n_agents must be >= 2, got {self.n_agents}")
+        for name, value, allowed in (("actions", self.actions, ("paper", "extended")),
+                                     ("kinds_mode", self.kinds_mode, ("learned", *KINDS)),
+                                     ("stop_mode", self.stop_mode, ("learned", "never", "agree"))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {value!r}")
         self.temperature_range = tuple(float(x) for x in self.temperature_range)
         self.top_p_range = tuple(float(x) for x in self.top_p_range)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    # Old key -> new key (issue 16); manifests and checkpoints written before the rename still load.
+    # Old key -> new key; manifests and checkpoints written before the rename still load.
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"temp_range": "temperature_range"}
 
     @classmethod
@@ -381,14 +472,29 @@ class ActOutput:
     logp_behavior: torch.Tensor  # (B,) summed over agents and the 2 dims; 0 for "fixed"
     entropy_selection: torch.Tensor  # (B,)
     entropy_behavior: torch.Tensor  # (B,)
+    # Extended action set only (None for the paper's): turn kind per agent (KINDS index), the stop, and which
+    # agents' (T, top-p) act (a kept turn and a stopped debate make no call).
+    kinds: torch.Tensor | None = None  # (B, V) long
+    stop: torch.Tensor | None = None  # (B,) float 0/1
+    behavior_active: torch.Tensor | None = None  # (B, V) float 0/1
+
+    @property
+    def kind_names(self) -> list[tuple[str, ...]] | None:
+        """Per debate, each agent's turn kind by name (None for the paper's action set)."""
+        return None if self.kinds is None else [tuple(KINDS[k] for k in row) for row in self.kinds.tolist()]
 
     def env_action(self) -> dict[str, np.ndarray]:
-        """Batched env action: {"mask": (B, V(V-1)) int8, "behavior": (B, 2V) float32 within ±RAW_BOUND}."""
+        """Batched env action: {"mask": (B, V(V-1)) int8, "behavior": (B, 2V) float32 within ±RAW_BOUND}; the
+        extended set adds "kinds" (B, V) int8 (KINDS index) and "stop" (B,) int8."""
         raw = self.raw_behavior.clamp(-RAW_BOUND, RAW_BOUND)
-        return {
+        action = {
             "mask": self.pairs.to(torch.int8).cpu().numpy(),
             "behavior": raw.reshape(raw.shape[0], -1).to(torch.float32).cpu().numpy(),
         }
+        if self.kinds is not None:
+            action["kinds"] = self.kinds.to(torch.int8).cpu().numpy()
+            action["stop"] = self.stop.to(torch.int8).cpu().numpy()
+        return action
 
 
 @dataclass
@@ -415,7 +521,8 @@ class JointPolicy(nn.Module):
             raise ValueError("JointPolicy: pass either a PolicyConfig or keyword arguments, not both")
         self.config = config
         self.n_agents = config.n_agents
-        self.selection = SelectionPolicy(config.n_agents, config.selection_hidden, config.selection_bias_init)
+        self.selection = SelectionPolicy(config.n_agents, config.selection_hidden, config.selection_bias_init,
+                                         config.actions)
         self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init)
         self._fixed_raw = from_sampling(
             config.fixed_temperature, config.fixed_top_p, config.temperature_range, config.top_p_range,
@@ -425,8 +532,13 @@ class JointPolicy(nn.Module):
         self._generator = torch.Generator().manual_seed(config.seed)
 
     @property
+    def extended(self) -> bool:
+        return self.config.actions == "extended"
+
+    @property
     def selection_trainable(self) -> bool:
-        return self.config.selection_mode == "learned"
+        c = self.config
+        return c.selection_mode == "learned" or (self.extended and "learned" in (c.kinds_mode, c.stop_mode))
 
     @property
     def behavior_trainable(self) -> bool:
@@ -454,8 +566,40 @@ class JointPolicy(nn.Module):
         pairs = (dist.base_dist.logits > 0).to(selection_obs.dtype) if deterministic else dist.sample()
         return pairs, dist.log_prob(pairs), dist.entropy()
 
-    def evaluate_selection(self, selection_obs: torch.Tensor, pairs: torch.Tensor):
-        """(logp (B,), entropy (B,)) of stored pair vectors; zeros for non-learned modes."""
+    def _extended_dist(self, selection_obs: torch.Tensor) -> ExtendedSelection:
+        c = self.config
+        dist = self.selection.extended(selection_obs)
+        dist.learn_pairs = c.selection_mode == "learned"
+        dist.learn_kinds = c.kinds_mode == "learned"
+        dist.learn_stop = c.stop_mode == "learned"
+        return dist
+
+    def _select_extended(self, selection_obs: torch.Tensor, deterministic: bool):
+        """(pairs that act, kinds, stop, logp, entropy): learned parts from the policy, fixed ones from their rule."""
+        c = self.config
+        dist = self._extended_dist(selection_obs)
+        pairs, kinds, stop = dist.mode() if deterministic else dist.sample()
+        if c.selection_mode != "learned":
+            pairs = self._select(selection_obs, deterministic)[0]
+        if c.kinds_mode != "learned":
+            kinds = torch.full_like(kinds, KINDS.index(c.kinds_mode))
+        if c.stop_mode == "never":
+            stop = torch.zeros_like(stop)
+        elif c.stop_mode == "agree":  # the leader's votes / V is a selection feature; 1e-6 absorbs rounding
+            stop = (selection_obs[:, LEADER_FEATURE] >= c.stop_agree - 1e-6).to(stop.dtype)
+        pairs = pairs * dist.pair_weights(kinds) * (1.0 - stop).unsqueeze(-1)  # only the pairs that act
+        return pairs, kinds, stop, dist.log_prob(pairs, kinds, stop), dist.entropy()
+
+    def evaluate_selection(self, selection_obs: torch.Tensor, pairs: torch.Tensor,
+                           kinds: torch.Tensor | None = None, stop: torch.Tensor | None = None):
+        """(logp (B,), entropy (B,)) of stored selection actions (pairs; extended: also kinds and stop);
+        zeros for non-learned modes."""
+        if self.extended:
+            if kinds is None or stop is None:
+                raise ValueError("evaluate_selection: the extended action set needs the stored kinds and stop")
+            dist = self._extended_dist(selection_obs)
+            return dist.log_prob(pairs.to(selection_obs.dtype), kinds.long(), stop.to(selection_obs.dtype)), \
+                dist.entropy()
         if self.config.selection_mode != "learned":
             zeros = selection_obs.new_zeros(selection_obs.shape[0])
             return zeros, zeros
@@ -463,7 +607,7 @@ class JointPolicy(nn.Module):
         return dist.log_prob(pairs.to(selection_obs.dtype)), dist.entropy()
 
     # -- behavior ----------------------------------------------------------------------------------
-    def _behave(self, behavior_obs: torch.Tensor, deterministic: bool):
+    def _behave(self, behavior_obs: torch.Tensor, deterministic: bool, active: torch.Tensor | None = None):
         batch, n_agents, _ = behavior_obs.shape
         zeros = behavior_obs.new_zeros(batch)
         if self.config.behavior_mode == "fixed":
@@ -471,19 +615,32 @@ class JointPolicy(nn.Module):
             return raw, zeros, zeros
         dist = self.behavior.distribution(behavior_obs)
         raw = dist.mean if deterministic else dist.sample()
-        return raw, dist.log_prob(raw), dist.entropy()
+        return (raw, *self._behavior_logp_entropy(dist, raw, active))
 
-    def evaluate_behavior(self, behavior_obs: torch.Tensor, raw_behavior: torch.Tensor, per_dim: bool = False):
+    @staticmethod
+    def _behavior_logp_entropy(dist: Independent, raw: torch.Tensor, active: torch.Tensor | None,
+                               per_dim: bool = False):
+        """Log-prob and entropy of the agents whose (T, top-p) act (`active` (B, V); None = all of them)."""
+        logp = dist.base_dist.log_prob(raw)  # (B, V, 2)
+        ent = dist.base_dist.entropy()
+        if active is not None:
+            logp, ent = logp * active.unsqueeze(-1), ent * active.unsqueeze(-1)
+        if per_dim:
+            return logp.reshape(raw.shape[0], -1), ent.sum((-2, -1))
+        return logp.sum((-2, -1)), ent.sum((-2, -1))
+
+    def evaluate_behavior(self, behavior_obs: torch.Tensor, raw_behavior: torch.Tensor, per_dim: bool = False,
+                          active: torch.Tensor | None = None):
         """(logp (B,), entropy (B,)) of stored raw samples (B, V, 2); zeros for behavior_mode="fixed".
-        `per_dim`: logp per agent and dimension, (B, 2V) agent-major, instead of their sum."""
+        `per_dim`: logp per agent and dimension, (B, 2V) agent-major, instead of their sum. `active` (B, V): only
+        these agents' samples count (extended actions: a kept turn or a stopped debate used no sampling)."""
         if self.config.behavior_mode != "learned":
             zeros = behavior_obs.new_zeros(behavior_obs.shape[0])
             return (zeros.unsqueeze(-1) if per_dim else zeros), zeros
         dist = self.behavior.distribution(behavior_obs)
         raw = raw_behavior.to(behavior_obs.dtype)
-        if per_dim:
-            return dist.base_dist.log_prob(raw).reshape(raw.shape[0], -1), dist.entropy()
-        return dist.log_prob(raw), dist.entropy()
+        active = None if active is None else active.to(behavior_obs.dtype)
+        return self._behavior_logp_entropy(dist, raw, active, per_dim)
 
     # -- joint -------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -497,10 +654,15 @@ class JointPolicy(nn.Module):
         """
         device = self.behavior.log_std.device  # inputs may come from numpy/CPU; compute where the nets are
         selection_obs, b, u = (torch.as_tensor(x, dtype=torch.float32, device=device) for x in (selection_obs, b, u))
-        pairs, logp_s, ent_s = self._select(selection_obs, deterministic)
+        kinds = stop = active = None
+        if self.extended:
+            pairs, kinds, stop, logp_s, ent_s = self._select_extended(selection_obs, deterministic)
+            active = (1.0 - stop).unsqueeze(-1) * (kinds != KEEP).to(stop.dtype)
+        else:
+            pairs, logp_s, ent_s = self._select(selection_obs, deterministic)
         mask = pairs_to_mask(pairs, self.n_agents)
         behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)
-        raw, logp_b, ent_b = self._behave(behavior_obs, deterministic)
+        raw, logp_b, ent_b = self._behave(behavior_obs, deterministic, active)
         sampling = to_sampling(
             raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temperature_range, self.config.top_p_range,
             self.config.behavior_map,
@@ -516,6 +678,9 @@ class JointPolicy(nn.Module):
             logp_behavior=logp_b,
             entropy_selection=ent_s,
             entropy_behavior=ent_b,
+            kinds=kinds,
+            stop=stop,
+            behavior_active=active,
         )
 
     def evaluate_actions(

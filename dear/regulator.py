@@ -47,10 +47,20 @@ class BeliefObservation:
     selection_obs: torch.Tensor  # (B, V(2V+1))
     state: torch.Tensor  # (B, state_dim(V))
     round: list[int]  # last completed round per debate
+    decision: torch.Tensor | None = None  # (B, 3) `decision_features`
 
     @property
     def batch_size(self) -> int:
         return int(self.b.shape[0])
+
+    def selection_input(self, actions: str = "paper") -> torch.Tensor:
+        """The selection policy's input: the paper's observation; the extended action set appends the decision
+        features, which its stop needs (how decided the vote would be if the debate stopped now)."""
+        if actions != "extended":
+            return self.selection_obs
+        if self.decision is None:
+            raise ValueError("selection_input: this observation has no decision features")
+        return torch.cat([self.selection_obs, self.decision], dim=-1)
 
 
 def _answer_features(keys: Sequence[str | None]) -> tuple[float, float, float, list[float]]:
@@ -59,6 +69,15 @@ def _answer_features(keys: Sequence[str | None]) -> tuple[float, float, float, l
     t = tally(keys)  # ties: every tied answer counts as plurality
     agrees = [1.0 if k is not None and k in t.leaders else 0.0 for k in keys]
     return t.top / n, len(t.counts) / n, sum(k is None for k in keys) / n, agrees
+
+
+def decision_features(d: Debate) -> list[float]:
+    """[round / R, leader's votes / V, (leader − runner-up votes) / V], capped at 1, over the answers the debate's
+    final vote counts now (`Debate.voters`: the last round, or every sample under the all-answers rule)."""
+    v = d.n_agents
+    counts = sorted(tally([t.answer_key for t in d.voters(d.decision)]).counts.values(), reverse=True) + [0, 0]
+    round_frac = d.round / d.n_rounds if d.n_rounds > 0 else 1.0
+    return [min(max(round_frac, 0.0), 1.0), min(counts[0] / v, 1.0), min((counts[0] - counts[1]) / v, 1.0)]
 
 
 def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0) -> BeliefObservation:
@@ -99,22 +118,29 @@ def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0
         selection_obs=selection_observation(b, u),
         state=state,
         round=[d.round for d in debates],
+        decision=torch.tensor([decision_features(d) for d in debates], dtype=torch.float32),
     )
 
 
 def make_controls(
-    mask: np.ndarray | torch.Tensor, temperature: np.ndarray | torch.Tensor, top_p: np.ndarray | torch.Tensor
+    mask: np.ndarray | torch.Tensor, temperature: np.ndarray | torch.Tensor, top_p: np.ndarray | torch.Tensor,
+    kinds: Sequence[Sequence[str]] | None = None, stop: np.ndarray | torch.Tensor | None = None,
 ) -> list[RoundControl]:
-    """Batched (B, V, V) mask and (B, V) sampling -> one RoundControl per debate."""
+    """Batched (B, V, V) mask and (B, V) sampling -> one RoundControl per debate; the extended action set also
+    gives each agent's turn kind by name and the stop (B,)."""
     mask, temperature, top_p = (
         x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
         for x in (mask, temperature, top_p)
     )
+    if stop is not None:
+        stop = stop.detach().cpu().numpy() if isinstance(stop, torch.Tensor) else np.asarray(stop)
     return [
         RoundControl(
             mask=mask[k].astype(bool),
             temperature=temperature[k].astype(np.float64),
             top_p=top_p[k].astype(np.float64),
+            kinds=None if kinds is None else tuple(kinds[k]),
+            stop=False if stop is None else bool(stop[k]),
         )
         for k in range(mask.shape[0])
     ]
@@ -131,9 +157,12 @@ class RegulatorRecord:
     mask: list[list[bool]]
     temperature: list[float]
     top_p: list[float]
+    kinds: list[str] | None = None  # extended action set: each agent's turn kind
+    stop: bool | None = None  # extended action set: the debate stopped before this round
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        """Its fields; the extended action set's only when set (paper-policy records keep their keys)."""
+        return {k: v for k, v in self.__dict__.items() if v is not None or k not in ("kinds", "stop")}
 
 
 def decisions_json(debate_id: str, question_id: str, records: Sequence[RegulatorRecord]) -> str:
@@ -172,7 +201,8 @@ class RegulatedProtocol:
 
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
         obs = observe(debates, self.encoder, self.answer_aware)
-        act = self.policy.act(obs.selection_obs, obs.b, obs.u, deterministic=self.deterministic)
+        act = self.policy.act(obs.selection_input(self.policy.config.actions), obs.b, obs.u,
+                              deterministic=self.deterministic)
         for k, d in enumerate(debates):
             self.records.setdefault(d.debate_id, []).append(
                 RegulatorRecord(
@@ -183,6 +213,8 @@ class RegulatedProtocol:
                     mask=act.mask[k].tolist(),
                     temperature=act.temperature[k].tolist(),
                     top_p=act.top_p[k].tolist(),
+                    kinds=None if act.kinds is None else list(act.kind_names[k]),
+                    stop=None if act.stop is None else bool(act.stop[k]),
                 )
             )
-        return make_controls(act.mask, act.temperature, act.top_p)
+        return make_controls(act.mask, act.temperature, act.top_p, act.kind_names, act.stop)

@@ -12,13 +12,19 @@ Action (Dict):
     "mask"        MultiBinary(V(V-1)) ordered pairs in dear.policy.pair_order: 1 = agent i reads agent j
     "behavior"    Box([-10, 10], (2V,)) raw pre-sigmoid (z_T, z_P) per agent, agent-major
                   [z_0T, z_0P, z_1T, ...]; mapped by dear.policy.to_sampling with temperature_range/top_p_range.
+  with `actions="extended"` also (and "selection" gains 3 decision features, dear.regulator.decision_features):
+    "kinds"       MultiDiscrete([3] * V): each agent's turn, 0 = revise (reads its masked peers), 1 = keep (no
+                  call), 2 = fresh (an independent sample from the question alone)
+    "stop"        Discrete(2): 1 ends the debate before this round (no call); the vote is taken at once, so an
+                  episode has 1 .. n_rounds steps.
+`decision` picks the final vote's answers: the last round's (the paper's) or every sample (all-answers).
 Reward: 0 on intermediate steps (unless `shaping=True`); terminal
     score(plurality answer) - token_cost * (all prompt + completion tokens of the debate) / 1000,
 where the score is 1 when the plurality answer is correct and 1/k for a k-way tie holding the correct answer
 (the expected correctness of a tie-break, dear.vote's one tie rule),
 with the parts in info["reward_correct"] and info["reward_tokens"].
-Shaping (off by default): potential-based (Ng, Harada & Russell 1999), Φ(s_r) = the round-r plurality's score
-(1 when its answer is correct, 1/k for a k-way tie holding it: the final reward's own rule applied to round r),
+Shaping (off by default): potential-based (Ng, Harada & Russell 1999), Φ(s_r) = the score of the vote the debate
+would take after round r (1 when its answer is correct, 1/k for a k-way tie holding it: the final reward's own rule),
 Φ = 0 at the terminal state; step r adds shaping_coef * (γ Φ(s_r) - Φ(s_{r-1}))
 with γ = shaping_gamma (set it to the trainer's discount, happo.gamma = 1 by default). Its discounted sum over
 an episode telescopes to -shaping_coef * Φ(s_0), fixed by round 0 before any action, so every policy's return
@@ -37,7 +43,7 @@ import numpy as np
 from gymnasium import spaces
 
 from dear import tasks
-from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
+from dear.debate.engine import DECISIONS, Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
 from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
 from dear.deprecation import renamed_keyword
@@ -47,6 +53,7 @@ from dear.metrics import round_vote
 from dear.policy import (
     DEFAULT_TEMPERATURE_RANGE,
     DEFAULT_TOP_P_RANGE,
+    KINDS,
     RAW_BOUND,
     n_pairs,
     pair_order,
@@ -79,6 +86,9 @@ class DebateEnvConfig:
     silent: bool = False  # an agent that reads nobody keeps its answer without a model call (DebateConfig.silent)
     answer_aware: float = 0.0  # weight of parsed-answer agreement in e_ij (regulator.observe); 0 = the paper's
     behavior_map: str = "sigmoid"  # raw behavior action -> (T, top-p) (dear.policy.to_sampling)
+    # "paper": the action is pairs + (T, top-p); "extended" adds a turn kind per agent and a stop (module docstring)
+    actions: str = "paper"
+    decision: str = "last-round"  # the final vote's rule (dear.debate.engine.DECISIONS)
     seed: int = 0  # seeds question loading and the engine's per-request seeds
 
     def __post_init__(self):
@@ -98,6 +108,10 @@ class DebateEnvConfig:
             raise ValueError(f"shaping_gamma must be in (0, 1], got {self.shaping_gamma}")
         if self.behavior_map not in ("sigmoid", "clip"):
             raise ValueError(f"behavior_map must be sigmoid|clip, got {self.behavior_map!r}")
+        if self.actions not in ("paper", "extended"):
+            raise ValueError(f"actions must be paper|extended, got {self.actions!r}")
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision must be one of {list(DECISIONS)}, got {self.decision!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if isinstance(self.answer_aware, bool) or not 0.0 <= float(self.answer_aware) <= 1.0:
@@ -132,6 +146,7 @@ class EpisodeSummary:
     temperature_per_round: np.ndarray  # (R+1, V)
     top_p_per_round: np.ndarray  # (R+1, V)
     trace: DebateTrace
+    planned_rounds: int = -1  # exchange rounds the debate was set up for (more than it ran if it stopped)
 
     @classmethod
     def of(cls, d: Debate) -> EpisodeSummary:
@@ -143,6 +158,7 @@ class EpisodeSummary:
             answers_per_round=tr.answer_keys(), correct_per_round=tr.correctness(), masks_per_round=tr.masks(),
             temperature_per_round=np.array([[t.temperature for t in ts] for ts in tr.rounds], dtype=np.float64),
             top_p_per_round=np.array([[t.top_p for t in ts] for ts in tr.rounds], dtype=np.float64),
+            planned_rounds=int(d.n_rounds),
             trace=tr,
         )
 
@@ -156,13 +172,15 @@ class ParsedAction:
     raw: np.ndarray  # (V, 2) float32
     temperature: np.ndarray  # (V,)
     top_p: np.ndarray  # (V,)
+    kinds: tuple[str, ...] | None = None  # extended actions: each agent's turn kind (KINDS names)
+    stop: bool = False  # extended actions: the debate ends before this round
 
 
 def potential(d: Debate) -> float:
     """Φ of the shaping term: the score of the last completed round's plurality (ties as expected values).
     It removes from the return the part fixed by round 0 (whether its plurality was right), the largest share of
     the return's variance, without moving the optimum (module docstring)."""
-    turns = d.last_turns
+    turns = d.voters(d.decision)
     return round_vote([t.answer_key for t in turns], [t.correct for t in turns]).score if turns else 0.0
 
 
@@ -207,6 +225,7 @@ class DebateCore:
                 seed=cfg.seed,
                 layout=cfg.layout,
                 silent=bool(cfg.silent),
+                decision=cfg.decision,
             ),
         )
         v = cfg.n_agents
@@ -214,32 +233,30 @@ class DebateCore:
         self.state_dim = state_dim(v)
         self.observation_space = spaces.Dict(
             {
-                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v),), np.float32),
+                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v, cfg.actions),), np.float32),
                 "belief": spaces.Box(0.0, 1.0, (v, v), np.float32),
                 "uncertainty": spaces.Box(0.0, 1.0, (v,), np.float32),
                 "state": spaces.Box(0.0, 1.0, (self.state_dim,), np.float32),
             }
         )
-        self.action_space = spaces.Dict(
-            {
-                "mask": spaces.MultiBinary(n_pairs(v)),
-                "behavior": spaces.Box(-RAW_BOUND, RAW_BOUND, (2 * v,), np.float32),
-            }
-        )
+        action_spaces = {
+            "mask": spaces.MultiBinary(n_pairs(v)),
+            "behavior": spaces.Box(-RAW_BOUND, RAW_BOUND, (2 * v,), np.float32),
+        }
+        if cfg.actions == "extended":
+            action_spaces.update(kinds=spaces.MultiDiscrete([len(KINDS)] * v), stop=spaces.Discrete(2))
+        self.action_space = spaces.Dict(action_spaces)
+        self.action_keys = sorted(action_spaces)
 
     # ------------------------------------------------------------------ actions
     def parse_action(self, action: Any, where: str = "action") -> ParsedAction:
         """Validate one debate's action; ValueError naming the bad field otherwise."""
         v, k = self.config.n_agents, n_pairs(self.config.n_agents)
         if not isinstance(action, Mapping):
-            raise ValueError(
-                f"{where} must be a dict with keys 'mask' and 'behavior', got {type(action).__name__}"
-            )
+            raise ValueError(f"{where} must be a dict with keys {self.action_keys}, got {type(action).__name__}")
         keys = set(action)
-        if keys != {"mask", "behavior"}:
-            raise ValueError(
-                f"{where} must have exactly the keys ['behavior', 'mask'], got {sorted(map(str, keys))}"
-            )
+        if keys != set(self.action_keys):
+            raise ValueError(f"{where} must have exactly the keys {self.action_keys}, got {sorted(map(str, keys))}")
         try:
             pairs = np.asarray(action["mask"])
         except (TypeError, ValueError) as e:  # ragged lists etc.
@@ -276,13 +293,29 @@ class DebateCore:
             mask[i, j] = bool(bit)
         raw = raw.reshape(v, 2).astype(np.float32)
         s = to_sampling(raw, self.config.temperature_range, self.config.top_p_range, self.config.behavior_map)
-        return ParsedAction(pairs=pairs, mask=mask, raw=raw, temperature=s.temperature, top_p=s.top_p)
+        kinds, stop = self._parse_kinds_stop(action, where) if self.config.actions == "extended" else (None, False)
+        return ParsedAction(pairs=pairs, mask=mask, raw=raw, temperature=s.temperature, top_p=s.top_p,
+                            kinds=kinds, stop=stop)
+
+    def _parse_kinds_stop(self, action: Mapping, where: str) -> tuple[tuple[str, ...], bool]:
+        v = self.config.n_agents
+        kinds = np.asarray(action["kinds"])
+        if kinds.shape != (v,) or kinds.dtype.kind not in "iu" or not np.isin(kinds, range(len(KINDS))).all():
+            raise ValueError(f"{where}['kinds'] must be {v} integers in 0..{len(KINDS) - 1} "
+                             f"({', '.join(f'{i} = {k}' for i, k in enumerate(KINDS))}), got {kinds.tolist()}")
+        stop = np.asarray(action["stop"])
+        if stop.size != 1 or stop.dtype.kind not in "biu" or int(stop.reshape(-1)[0]) not in (0, 1):
+            raise ValueError(f"{where}['stop'] must be 0 or 1, got {stop.tolist()}")
+        return tuple(KINDS[int(k)] for k in kinds), bool(stop.reshape(-1)[0])
 
     def controls(self, parsed: Sequence[ParsedAction]) -> list[RoundControl]:
+        extended = self.config.actions == "extended"
         return make_controls(
             np.stack([p.mask for p in parsed]),
             np.stack([p.temperature for p in parsed]),
             np.stack([p.top_p for p in parsed]),
+            [p.kinds for p in parsed] if extended else None,
+            np.array([p.stop for p in parsed]) if extended else None,
         )
 
     # ------------------------------------------------------------------ debates
@@ -304,7 +337,7 @@ class DebateCore:
         """Per-debate observation dicts (float32, clipped into the [0, 1] boxes against rounding)."""
         bo = observe(debates, self.encoder, self.config.answer_aware)
         arrays = {
-            "selection": bo.selection_obs.numpy(),
+            "selection": bo.selection_input(self.config.actions).numpy(),
             "belief": bo.b.numpy(),
             "uncertainty": bo.u.numpy(),
             "state": bo.state.numpy(),
@@ -368,8 +401,8 @@ class DebateCore:
 
 def temperature_range_keyword(env_name: str, temperature_range: tuple[float, float] | None,
                               old_keywords: Mapping[str, Any]) -> tuple[float, float]:
-    """The temperature range an env constructor was given, under its name or its old name `temp_range` (issue 16:
-    it still works, with a FutureWarning naming the new one)."""
+    """The temperature range an env constructor was given, under its name or its old name `temp_range` (which
+    still works, with a FutureWarning naming the new one)."""
     rest = dict(old_keywords)
     value = renamed_keyword(env_name, "temp_range", "temperature_range", temperature_range, rest)
     if rest:
@@ -408,6 +441,8 @@ class DebateEnv(gym.Env):
         silent: bool = False,
         answer_aware: float = 0.0,
         behavior_map: str = "sigmoid",
+        actions: str = "paper",
+        decision: str = "last-round",
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,

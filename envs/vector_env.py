@@ -76,6 +76,8 @@ class DebateVectorEnv(VectorEnv):
         silent: bool = False,
         answer_aware: float = 0.0,
         behavior_map: str = "sigmoid",
+        actions: str = "paper",
+        decision: str = "last-round",
         seed: int = 0,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
@@ -140,21 +142,17 @@ class DebateVectorEnv(VectorEnv):
             self._ended[k] = False
 
     def _split_actions(self, actions: Any) -> list[Mapping[str, Any]]:
-        if not isinstance(actions, Mapping) or set(actions) != {"mask", "behavior"}:
+        keys = self.core.action_keys
+        if not isinstance(actions, Mapping) or set(actions) != set(keys):
             got = sorted(map(str, actions)) if isinstance(actions, Mapping) else type(actions).__name__
-            raise ValueError(
-                f"actions must be a dict with keys ['behavior', 'mask'] of batched arrays, got {got}"
-            )
-        out = []
-        for key in ("mask", "behavior"):
+            raise ValueError(f"actions must be a dict with keys {keys} of batched arrays, got {got}")
+        for key in keys:
             n = len(actions[key]) if hasattr(actions[key], "__len__") else -1
             if n != self.num_envs:
                 raise ValueError(
                     f"actions['{key}'] must have num_envs={self.num_envs} rows, got {np.shape(actions[key])}"
                 )
-        for k in range(self.num_envs):
-            out.append({"mask": actions["mask"][k], "behavior": actions["behavior"][k]})
-        return out
+        return [{key: actions[key][k] for key in keys} for k in range(self.num_envs)]
 
     # ------------------------------------------------------------------ API
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
@@ -209,8 +207,10 @@ class DebateVectorEnv(VectorEnv):
     def step(self, actions):
         if any(d is None for d in self.debates):
             raise RuntimeError("DebateVectorEnv.step called before reset()")
-        # DISABLED mode: failed sub-debates ride along as no-ops; normally finished ones wait for a reset.
-        frozen = self._ended & np.array([bool(d.failed) for d in self.debates])  # type: ignore[union-attr]
+        # DISABLED mode: failed and stopped sub-debates ride along as no-ops; those that ran every round wait for
+        # a reset.
+        frozen = self._ended & np.array([bool(d.failed) or d.round < d.n_rounds  # type: ignore[union-attr]
+                                         for d in self.debates])
         waiting = self._ended & ~frozen
         if waiting.any():
             raise RuntimeError(

@@ -35,6 +35,7 @@ from scipy.stats import binomtest
 from dear import metrics, tasks
 from dear.cli import command_line
 from dear.cli import run as run_cli
+from dear.debate.cli_args import OMIT, REQUIRED, add_backend_args, add_output_args
 from dear.debate.interventions import (
     JUDGE_PROMPTS,
     SKIPPED_REASON,
@@ -51,6 +52,7 @@ from dear.llm.base import Backend, ChatRequest
 from dear.tasks.types import Question
 
 log = logging.getLogger(__name__)
+PROG = "python -m eval.judge_offline"
 VERDICTS_FILE = "verdicts.jsonl"
 
 
@@ -257,10 +259,9 @@ def write_report(out: Path, verdicts: Sequence[StoredVerdict], command: str, syn
 
 # ---------------------------------------------------------------- command line
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m eval.judge_offline", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", required=True, help="comma-separated eval.run trace files or corpus directories")
-    p.add_argument("--out", required=True, help="results directory (verdicts.jsonl, judge.md, judge.csv)")
-    p.add_argument("--llm", default="local", help="judge backend spec (the debaters' model by default: local)")
+    add_backend_args(p, llm_note="the judge's (the debaters' model by default)", max_tokens=OMIT)
     p.add_argument("--prompt", default=InterventionConfig.judge_prompt, choices=sorted(JUDGE_PROMPTS),
                    help="the judge's instruction (default: the in-debate judge's, %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="the eval.run seed the judge's request seeds derive from")
@@ -268,9 +269,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drifted-only", action="store_true",
                    help="judge only pairs FOCUS labels drift (of the first --n): measures recall cheaply")
     p.add_argument("--batch", type=int, default=9, help="requests per backend call (and per verdicts.jsonl flush)")
-    p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke backends)")
-    p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke backends)")
-    p.add_argument("--report-only", action="store_true", help="rebuild judge.md / judge.csv from verdicts.jsonl")
+    add_output_args(p, out_help="results directory (verdicts.jsonl, judge.md, judge.csv)", out=REQUIRED,
+                    report_only="rebuild judge.md / judge.csv from verdicts.jsonl")
     return p.parse_args(argv)
 
 
@@ -308,11 +308,11 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
             finally:
                 if own:
                     backend.close()
-    rows = write_report(out, read_verdicts(verdicts_path), command_line("python -m eval.judge_offline", argv),
+    rows = write_report(out, read_verdicts(verdicts_path), command_line(PROG, argv),
                         synthetic)
     print((out / "judge.md").read_text(encoding="utf-8"))
     return rows
 
 
 if __name__ == "__main__":
-    run_cli(main, "python -m eval.judge_offline")
+    run_cli(main, PROG)

@@ -27,19 +27,22 @@ from pathlib import Path
 import numpy as np
 
 from dear import tasks
+from dear.cli import require_at_least
 from dear.cli import run as run_cli
+from dear.debate.cli_args import REQUIRED, add_backend_args, add_debate_args, add_output_args, add_question_args
 from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import FixedMaskProtocol, MADProtocol, Protocol
 from dear.debate.trace import DebateTrace
-from dear.deprecation import add_renamed_flags
-from dear.llm.base import Backend
+from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.llm.registry import make_backend
 from dear.metrics import bootstrap_ci, paired_bootstrap_diff, round_scores, transitions
+from dear.progress import LiveProgress
 from dear.tasks.types import Question
-from eval.settings_guard import guard_settings
+from eval.settings_guard import DebateRunSettings, open_run_dir
 
 log = logging.getLogger("eval.layouts")
+PROG = "python -m eval.layouts"
 PROTOCOL_NAMES = ("mad", "ring")
 MIN_QUESTIONS = 30  # the comparison the default layout rests on needs at least this many questions
 
@@ -58,17 +61,9 @@ ARMS = tuple(Arm(layout, proto) for proto in PROTOCOL_NAMES for layout in LAYOUT
 
 
 @dataclass(frozen=True)
-class LayoutSettings:
+class LayoutSettings(DebateRunSettings):
     """Everything that must stay the same for a resumed run to extend the same experiment."""
 
-    task: str
-    split: str
-    data_seed: int
-    seed: int
-    llm: str
-    n_agents: int
-    n_rounds: int
-    max_tokens: int
     n_ctx: int
     parallel: int
     chunk: int
@@ -98,11 +93,7 @@ class LayoutRunDir:
     """settings.json (guarded), round0.jsonl (one stored round 0 per question), arms.jsonl (finished arms)."""
 
     def __init__(self, root: Path, settings: LayoutSettings):
-        self.root = root
-        if root.exists() and not root.is_dir():
-            raise SystemExit(f"python -m eval.layouts: error: --out {root} exists and is not a directory")
-        root.mkdir(parents=True, exist_ok=True)
-        guard_settings(root / "settings.json", settings, "python -m eval.layouts")
+        self.root = open_run_dir(root, settings)
         self.round0 = {t.question_id: t for t in self._read(self.root / "round0.jsonl", "trace")}
         self.done = {(r["arm"], r["trace"]["question_id"]) for r in self._read(self.root / "arms.jsonl")}
 
@@ -122,7 +113,7 @@ class LayoutRunDir:
                     if not line.endswith("\n"):  # a line cut by a kill: the chunk-arm is simply redone
                         log.warning("%s:%d is incomplete; ignoring it", path, lineno)
                         continue
-                    raise SystemExit(f"python -m eval.layouts: error: {path}:{lineno}: {e}") from None
+                    raise ValueError(f"{path}:{lineno}: {e}") from None
         return out
 
     def append(self, name: str, rows: Sequence[dict]) -> None:
@@ -137,8 +128,9 @@ class LayoutRunDir:
 
 # ---------------------------------------------------------------- running
 def run_chunk(engine_for: dict[str, DebateEngine], questions: Sequence[Question], run: LayoutRunDir, s: LayoutSettings,
-              chunk_index: int) -> None:
-    """Round 0 (unless stored), then every unfinished arm on this chunk's questions."""
+              chunk_index: int, progress: LiveProgress | None = None) -> None:
+    """Round 0 (unless stored), then every unfinished arm on this chunk's questions; `progress` counts each arm's
+    debates as they are recorded."""
     missing = [q for q in questions if q.id not in run.round0]
     if missing:
         debates = engine_for[LAYOUTS[0]].start(missing, protocol="round0")
@@ -167,10 +159,12 @@ def run_chunk(engine_for: dict[str, DebateEngine], questions: Sequence[Question]
             continue
         run.append("arms.jsonl", [
             {"arm": arm.name, "chunk": chunk_index, "chunk_wall_s": wall, "chunk_size": len(debates),
-             "llama_threads": os.environ.get("DEAR_LLAMA_THREADS", "all"), "trace": d.trace.to_dict()}
+             "llama_threads": os.environ.get("DEAR_LLAMA_THREADS", "auto"), "trace": d.trace.to_dict()}
             for d in debates
         ])
         run.done.update((arm.name, d.question.id) for d in debates)
+        if progress is not None:
+            progress.update(len(debates))
         log.info("chunk %d %s: %.1fs", chunk_index, arm.name, wall)
 
 
@@ -325,37 +319,23 @@ def _cli_args(s: LayoutSettings) -> list[str]:
 
 # ---------------------------------------------------------------- CLI
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m eval.layouts", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="gsm8k")
-    p.add_argument("--split", default="train", help="train by default: keeps the test questions for evaluation")
-    p.add_argument("--n", type=int, default=30, help="questions (a resumed run may grow it)")
-    p.add_argument("--data-seed", type=int, default=13)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--llm", default="local")
-    p.add_argument("--n-agents", type=int, default=3)
-    p.add_argument("--n-rounds", type=int, default=2)
-    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=384)
-    p.add_argument("--n-ctx", type=int, default=3072, help="llama.cpp context per slot")
-    p.add_argument("--parallel", type=int, default=6, help="llama.cpp slots (>= chunk x agents keeps sessions on slots)")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_question_args(p, split="train", split_note="train by default: keeps the test questions for evaluation",
+                      n=30, n_note="a resumed run may grow it", data_seed=13)
+    add_backend_args(p, max_tokens=384, parallel=6, parallel_note=">= chunk x agents keeps sessions on slots",
+                     n_ctx=3072)
+    add_debate_args(p, sampling=True)
     p.add_argument("--chunk", type=int, default=2, help="debates run together")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--report-only", action="store_true", help="rewrite summary.md/csv from what has finished")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of the paired CIs")
+    add_output_args(p, out_help="results directory (continued if it exists)", out=REQUIRED, path=True,
+                    report_only="rewrite summary.md/csv from what has finished", verbose=True)
     return p.parse_args(argv)
 
 
 def settings_from_args(a: argparse.Namespace) -> LayoutSettings:
-    for flag in ("n", "n_agents", "max_tokens", "n_ctx", "parallel", "chunk"):
-        if getattr(a, flag) < 1:
-            raise SystemExit(f"python -m eval.layouts: error: --{flag.replace('_', '-')} must be >= 1")
-    return LayoutSettings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm,
-                    n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, n_ctx=a.n_ctx,
-                    parallel=a.parallel, chunk=a.chunk, temperature=a.temperature, top_p=a.top_p)
+    require_at_least(a, 1, "n", "n_agents", "max_tokens", "n_ctx", "parallel", "chunk")
+    return LayoutSettings(**DebateRunSettings.shared_from_args(a), n_ctx=a.n_ctx, parallel=a.parallel,
+                          chunk=a.chunk, temperature=a.temperature, top_p=a.top_p)
 
 
 def build_backend(s: LayoutSettings) -> Backend:
@@ -380,13 +360,15 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
                             top_p0=s.top_p, max_tokens=s.max_tokens, seed=s.seed)
         engines = {lay: DebateEngine(backend, DebateConfig(**{**asdict(base), "layout": lay})) for lay in LAYOUTS}
         chunks = [questions[i:i + s.chunk] for i in range(0, len(questions), s.chunk)]
-        for k, chunk in enumerate(chunks):
-            if all((arm.name, q.id) in run.done for arm in ARMS for q in chunk):
-                continue
-            t0 = time.perf_counter()
-            run_chunk(engines, chunk, run, s, k)
-            print(f"chunk {k + 1}/{len(chunks)} done in {time.perf_counter() - t0:.0f}s", flush=True)
-            write_report(run, s, a.n_boot)
+        todo = sum((arm.name, q.id) not in run.done for arm in ARMS for q in questions)
+        with LiveProgress(todo, "layouts", unit="debate", tokens=GENERATED_TOKENS.total) as progress:
+            for k, chunk in enumerate(chunks):
+                if all((arm.name, q.id) in run.done for arm in ARMS for q in chunk):
+                    continue
+                t0 = time.perf_counter()
+                run_chunk(engines, chunk, run, s, k, progress)
+                progress.write(f"chunk {k + 1}/{len(chunks)} done in {time.perf_counter() - t0:.0f}s")
+                write_report(run, s, a.n_boot)
     finally:
         if own_backend:
             backend.close()
@@ -396,4 +378,4 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
 
 
 if __name__ == "__main__":
-    run_cli(main, "python -m eval.layouts")
+    run_cli(main, PROG)

@@ -332,6 +332,18 @@ def is_intervention_method(name: str) -> bool:
     return "+" in name
 
 
+def debate_methods() -> list[str]:
+    """The methods an intervention can wrap: those that debate (MAD and DEAR with their variants)."""
+    return [n for n, s in METHODS.items() if s.kind in ("debate", "dear")]
+
+
+def methods_help() -> str:
+    """Every method name `--methods` accepts, as `--help` shows them."""
+    return (f"comma-separated, or all: {','.join(METHODS)}; or a debate method ({','.join(debate_methods())}) "
+            f"with interventions, <method>+<intervention>[+...], interventions {','.join(INTERVENTIONS)} "
+            f"(e.g. {', '.join(EXAMPLES)})")
+
+
 def parse_intervention_method(name: str, **overrides: Any) -> tuple[MethodSpec, InterventionConfig]:
     """`mad+judge+policy` -> (the base method's spec, the intervention config). `overrides` set other
     InterventionConfig fields (thresholds, token limits). Unknown parts get an error naming them."""
@@ -340,9 +352,8 @@ def parse_intervention_method(name: str, **overrides: Any) -> tuple[MethodSpec, 
         raise ValueError(f"method {name!r}: expected <base>+<intervention>[+...], e.g. {', '.join(EXAMPLES)}")
     spec = METHODS.get(base)
     if spec is None or spec.kind not in ("debate", "dear"):
-        debate_like = [n for n, s in METHODS.items() if s.kind in ("debate", "dear")]
         raise ValueError(f"method {name!r}: base {base!r} is not a debate method; interventions wrap one of "
-                         f"{', '.join(debate_like)}")
+                         f"{', '.join(debate_methods())}")
     unknown = [p for p in parts if p not in INTERVENTIONS]
     if unknown:
         raise ValueError(f"method {name!r}: unknown intervention(s) {unknown}; known: {', '.join(INTERVENTIONS)}")

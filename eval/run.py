@@ -30,23 +30,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from dear import tasks
 from dear.atomic import write_json
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
-from dear.debate.prompts import LAYOUTS
+from dear.debate.cli_args import (
+    OMIT,
+    add_backend_args,
+    add_checkpoint_args,
+    add_debate_args,
+    add_output_args,
+    add_question_args,
+)
 from dear.debate.protocols import unanimous
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.deprecation import add_renamed_flags, rename_keys
 from dear.export import choose_encoder
 from dear.integrity import read_json
-from dear.llm.base import Backend
-from dear.llm.local import SPECULATIVE_TYPES
+from dear.llm.base import GENERATED_TOKENS, Backend
+from dear.progress import LiveProgress
 from dear.tasks.types import Question
 from eval import methods as M
 from eval import plots, report
@@ -104,44 +109,32 @@ def _range(text: str | None, flag: str) -> tuple[float, float] | None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", help="training run dir, checkpoint dir or exported policy (needed by DEAR methods; "
-                                        "default: the one --out was evaluated with)")
-    p.add_argument("--benchmarks", required=True, help="comma-separated task names, e.g. gsm8k,math500")
-    p.add_argument("--n", type=int, default=100, help="questions per benchmark (seeded subset; 0 = all)")
-    p.add_argument("--llm", default="local", help="backend spec: local | smoke | sim | openai:URL | vllm:MODEL")
-    p.add_argument("--methods", default="all", help=f"comma-separated, or all: {','.join(M.METHODS)}")
-    p.add_argument("--seed", type=int, default=0, help="question subset, sampling seeds, tie-breaks, bootstrap")
-    p.add_argument("--out", help="results directory (default results/eval-<benchmarks>-n<N>-s<seed>)")
-    p.add_argument("--n-agents", type=int, help="V (default: the checkpoint's, else 3)")
-    p.add_argument("--n-rounds", type=int, help="exchange rounds R (default: the checkpoint's, else 2)")
-    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.7, help="round-0 and fixed sampling temperature")
-    p.add_argument("--top-p", type=float, default=0.9)
+    add_question_args(p, benchmarks=True, split=OMIT, n=100, n_note="per benchmark, a seeded subset; 0 = all")
+    p.add_argument("--methods", default="all", help=M.methods_help())
     p.add_argument("--sc-samples", type=int, help="self-consistency samples (default V*(R+1): MAD's call budget)")
-    p.add_argument("--encoder", help="override the checkpoint's encoder spec (needs --allow-encoder-mismatch)")
-    p.add_argument("--allow-encoder-mismatch", action="store_true",
-                   help="evaluate with an --encoder other than the one the policy was trained with")
-    p.add_argument("--temperature-range", help="expected temperature range lo,hi; error if the checkpoint differs")
-    add_renamed_flags(p, {"--temp-range": "--temperature-range"})  # old name (issue 16)
-    p.add_argument("--top-p-range", help="expected top-p range lo,hi; error if the checkpoint differs")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
-    p.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
-    p.add_argument("--no-cache", action="store_true", help="do not use a response cache")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for CIs")
-    p.add_argument("--report-only", action="store_true", help="rebuild summary and plots from existing traces")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--parallel", type=int, help="llama.cpp parallel slots (local/smoke backends)")
-    p.add_argument("--n-ctx", type=int, help="llama.cpp context tokens per slot (local/smoke backends)")
-    p.add_argument("--speculative", choices=SPECULATIVE_TYPES,
-                   help="llama.cpp draftless speculative decoding (local/smoke): the same answers, faster when "
-                        "replies repeat their context")
-    p.add_argument("--layout", choices=LAYOUTS,
-                   help="exchange-prompt layout of the debate engine (default: the engine's default)")
-    p.add_argument("--policy-sampling", choices=POLICY_SAMPLING, default="deterministic",
-                   help="DEAR policies act by the mode of their distribution (default) or sample (seeded per chunk)")
-    p.add_argument("--policy-world", help="override the DEAR label's training world (default: from the checkpoint, "
-                                          "e.g. sim-trained, sim-fitted, local-trained)")
+    backend = add_backend_args(p, speculative=True)
+    backend.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
+    backend.add_argument("--no-cache", action="store_true", help="do not use a response cache")
+    add_debate_args(p, n_agents=None, n_agents_note="default: the checkpoint's, else 3", n_rounds=None,
+                    n_rounds_note="default: the checkpoint's, else 2", sampling=True,
+                    sampling_note="round 0 and the methods with fixed sampling", layout=None,
+                    layout_note="default: the engine's", seed_note="also the question subset and the bootstrap")
+    policy = add_checkpoint_args(p, checkpoint_note="needed by DEAR methods; default: the one --out was "
+                                                    "evaluated with")
+    policy.add_argument("--temperature-range", help="expected temperature range lo,hi; error if the checkpoint "
+                                                    "differs")
+    add_renamed_flags(p, {"--temp-range": "--temperature-range"})
+    policy.add_argument("--top-p-range", help="expected top-p range lo,hi; error if the checkpoint differs")
+    policy.add_argument("--policy-sampling", choices=POLICY_SAMPLING, default="deterministic",
+                        help="DEAR policies act by the mode of their distribution (default) or sample (seeded per "
+                             "chunk)")
+    policy.add_argument("--policy-world", help="override the DEAR label's training world (default: from the "
+                                               "checkpoint, e.g. sim-trained, sim-fitted, local-trained)")
+    add_output_args(p, out_help="results directory (default results/eval-<benchmarks>-n<N>-s<seed>)",
+                    report_only="rebuild summary and plots from existing traces")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line")
     return p.parse_args(argv)
 
 
@@ -343,13 +336,15 @@ class Evaluator:
             log.info("nothing to do: all questions of all methods are finished")
             return
         timings = self._timings()
-        with tqdm(total=total, desc="eval", unit="q", disable=not self.s.progress, dynamic_ncols=True) as bar:
+        # Tokens and elapsed time move while a chunk's debates run; questions count when a method's chunk ends.
+        with LiveProgress(total, "eval", unit="q", tokens=GENERATED_TOKENS.total, enabled=self.s.progress) as bar:
             for specs in (first, last):
                 for k, b, chunk in plan:
                     work = {spec: [q for q in chunk if q.id in todo[(b, spec.name)]] for spec in specs}
                     need = [q for q in chunk if any(q in qs for qs in work.values())]
                     if not need:
                         continue
+                    bar.set_description(f"{b}/{ROUND0}")
                     round0 = self._timed(timings, b, ROUND0, self._round0, b, need)
                     for spec, qs in work.items():
                         ready = [q for q in qs if q.id in round0]

@@ -1,4 +1,4 @@
-"""Collect a corpus of logged debates for fitting the simulator (issue 14): resumable, append-only, gzip JSONL.
+"""Collect a corpus of logged debates for fitting the simulator: resumable, append-only, gzip JSONL.
 
     python -m simworld.corpus --llm local --n-logging 96 --n-mad 24 --layout multiturn --out results/corpus-gsm8k
 
@@ -47,21 +47,20 @@ from typing import Any
 import numpy as np
 
 from dear import tasks
-from dear.cli import command_line
+from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
+from dear.debate.cli_args import REQUIRED, add_backend_args, add_debate_args, add_output_args, add_question_args
 from dear.debate.corpus_file import CORPUS_FILE, gzip_members, iter_traces, read_corpus  # noqa: F401 (readers re-exported)
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, debate_id_of, default_debate_seed
-from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import MADProtocol
-from dear.deprecation import add_renamed_flags
-from dear.llm.base import Backend
-from dear.llm.local import SPECULATIVE_TYPES
+from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.llm.registry import make_backend
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE  # the ranges training uses
+from dear.progress import LiveProgress
 from dear.seeds import derive_seed
 from dear.tasks.loaders import subset
 from dear.tasks.types import Question
-from eval.settings_guard import guard_settings  # the guard of every resumable experiment directory
+from eval.settings_guard import DebateRunSettings, open_run_dir  # shared by every resumable experiment directory
 
 log = logging.getLogger("simworld.corpus")
 PROG = "python -m simworld.corpus"
@@ -69,17 +68,9 @@ KINDS = ("logging", "mad")
 
 
 @dataclass(frozen=True)
-class CorpusSettings:
+class CorpusSettings(DebateRunSettings):
     """Everything that must stay the same for a resumed run to extend the same corpus."""
 
-    task: str
-    split: str
-    data_seed: int
-    seed: int
-    llm: str
-    n_agents: int
-    n_rounds: int
-    max_tokens: int
     layout: str
     mask_p: float
     temperature_range: tuple[float, float]
@@ -178,7 +169,7 @@ class CorpusFile:
                         try:
                             self.records.append(json.loads(line))
                         except ValueError as e:
-                            raise SystemExit(f"{PROG}: error: {path} member {k}: not JSON ({e})") from None
+                            raise ValueError(f"{path} member {k}: not JSON ({e})") from None
 
     def append(self, record: dict) -> None:
         blob = gzip.compress((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"), mtime=0)
@@ -191,12 +182,7 @@ class CorpusFile:
 # ---------------------------------------------------------------- the run directory
 class CorpusRunDir:
     def __init__(self, root: Path, settings: CorpusSettings):
-        if root.exists() and not root.is_dir():
-            raise SystemExit(f"{PROG}: error: --out {root} exists and is not a directory")
-        root.mkdir(parents=True, exist_ok=True)
-        self.root = root
-        guard_settings(root / "settings.json", settings, PROG,
-                       "use the stored settings to continue, or another --out")
+        self.root = open_run_dir(root, settings, "use the stored settings to continue, or another --out")
         self.corpus = CorpusFile(root / CORPUS_FILE)
 
     def done(self, kind: str) -> set[str]:
@@ -211,7 +197,7 @@ def split_questions(s: CorpusSettings, n_logging: int, n_mad: int) -> dict[str, 
     sets = {"logging": perm[0::2], "mad": perm[1::2]}
     for kind, n in (("logging", n_logging), ("mad", n_mad)):
         if n > len(sets[kind]):
-            raise SystemExit(f"{PROG}: error: --n-{kind} {n} exceeds the {len(sets[kind])} questions available "
+            raise ValueError(f"--n-{kind} {n} exceeds the {len(sets[kind])} questions available "
                              f"for {kind} debates in {s.task}/{s.split}")
     return {"logging": sets["logging"][:n_logging], "mad": sets["mad"][:n_mad]}
 
@@ -249,8 +235,10 @@ def _collect_kind(run: CorpusRunDir, s: CorpusSettings, engine: DebateEngine, ki
     """Run one kind's missing debates concurrently, appending each to the corpus as soon as it finishes."""
     t0 = time.perf_counter()
     counter = {"n": 0, "failed": 0}
+    progress = LiveProgress(len(todo), kind, unit="debate", tokens=GENERATED_TOKENS.total)
 
     def on_done(d: Debate) -> None:
+        progress.update(1)
         if d.failed:  # not recorded: the same command redoes it
             counter["failed"] += 1
             log.error("%s debate %s failed (%s); not recorded", kind, d.debate_id, d.error)
@@ -262,8 +250,9 @@ def _collect_kind(run: CorpusRunDir, s: CorpusSettings, engine: DebateEngine, ki
         counter["n"] += 1
         log.info("%s %d/%d %s (%.0f s)", kind, counter["n"], len(todo), d.debate_id, time.perf_counter() - t0)
 
-    engine.run_concurrent([q for q, _ in todo], protocol, max_in_flight, debate_seeds=[seed for _, seed in todo],
-                          on_done=on_done)
+    with progress:
+        engine.run_concurrent([q for q, _ in todo], protocol, max_in_flight, debate_seeds=[seed for _, seed in todo],
+                              on_done=on_done)
     print(f"{kind}: {counter['n']} debate(s) added, {counter['failed']} failed, {time.perf_counter() - t0:.0f} s",
           flush=True)
 
@@ -342,50 +331,34 @@ def _range(text: str) -> tuple[float, float]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="corpus directory (created; continued if it exists)")
-    p.add_argument("--llm", default="local")
-    p.add_argument("--task", default="gsm8k")
-    p.add_argument("--split", default="train")
+    add_question_args(p, split="train", data_seed=14)
     p.add_argument("--n-logging", type=int, default=96)
     p.add_argument("--n-mad", type=int, default=24)
     p.add_argument("--repeats", type=int, default=1,
                    help="logging debates per logging question, with distinct seeds (grows the text bank's "
                         "answer classes; default 1)")
-    p.add_argument("--layout", choices=LAYOUTS, required=True, help="exchange-round prompt layout (recorded)")
-    p.add_argument("--n-agents", type=int, default=3)
-    p.add_argument("--n-rounds", type=int, default=2)
-    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=384)
-    p.add_argument("--data-seed", type=int, default=14)
-    p.add_argument("--seed", type=int, default=0)
+    add_backend_args(p, max_tokens=384, parallel=6, n_ctx=3072, speculative=True,
+                     speculative_note="a speed setting: not part of the guarded settings")
+    add_debate_args(p, layout=REQUIRED, layout_note="recorded", seed_note="also the logging policy's draws")
     p.add_argument("--mask-p", type=float, default=0.5)
     p.add_argument("--temperature-range", type=_range, default=DEFAULT_TEMPERATURE_RANGE, metavar="LOW,HIGH")
     p.add_argument("--top-p-range", type=_range, default=DEFAULT_TOP_P_RANGE, metavar="LOW,HIGH")
     p.add_argument("--mad-temperature", type=float, default=0.7)
     p.add_argument("--mad-top-p", type=float, default=0.9)
-    p.add_argument("--parallel", type=int, default=6, help="llama.cpp slots (local/smoke backends)")
-    p.add_argument("--n-ctx", type=int, default=3072, help="llama.cpp context per slot (local/smoke backends)")
-    p.add_argument("--speculative", choices=SPECULATIVE_TYPES,
-                   help="llama.cpp draftless speculative decoding (local/smoke): the same answers, faster when "
-                        "replies repeat their context (a speed setting: not part of the guarded settings)")
     p.add_argument("--max-in-flight", type=int, help="debates at once (default: parallel // agents, >= 1)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    add_output_args(p, out_help="corpus directory (created; continued if it exists)", out=REQUIRED, path=True,
+                    verbose=True)
     return p.parse_args(argv)
 
 
 def settings_from_args(a: argparse.Namespace) -> CorpusSettings:
-    for flag in ("n_logging", "n_mad"):
-        if getattr(a, flag) < 0:
-            raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 0")
-    for flag in ("n_agents", "max_tokens", "parallel", "n_ctx", "repeats"):
-        if getattr(a, flag) < 1:
-            raise SystemExit(f"{PROG}: error: --{flag.replace('_', '-')} must be >= 1")
+    require_at_least(a, 0, "n_logging", "n_mad")
+    require_at_least(a, 1, "n_agents", "max_tokens", "parallel", "n_ctx", "repeats")
     if a.n_rounds < 1:
-        raise SystemExit(f"{PROG}: error: --n-rounds must be >= 1 (the corpus is about exchange rounds)")
-    return CorpusSettings(task=a.task, split=a.split, data_seed=a.data_seed, seed=a.seed, llm=a.llm, n_agents=a.n_agents,
-                    n_rounds=a.n_rounds, max_tokens=a.max_tokens, layout=a.layout, mask_p=a.mask_p,
-                    temperature_range=tuple(a.temperature_range), top_p_range=tuple(a.top_p_range),
-                    mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
+        raise ValueError("--n-rounds must be >= 1 (the corpus is about exchange rounds)")
+    return CorpusSettings(**DebateRunSettings.shared_from_args(a), layout=a.layout, mask_p=a.mask_p,
+                          temperature_range=tuple(a.temperature_range), top_p_range=tuple(a.top_p_range),
+                          mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
 
 
 def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> int:
@@ -394,10 +367,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     s = settings_from_args(a)
-    try:
-        LoggingPolicy(s.n_agents, s.n_rounds, s.mask_p, s.temperature_range, s.top_p_range, s.seed)
-    except ValueError as e:
-        raise SystemExit(f"{PROG}: error: {e}") from None
+    LoggingPolicy(s.n_agents, s.n_rounds, s.mask_p, s.temperature_range, s.top_p_range, s.seed)  # checks the flags
     run = CorpusRunDir(a.out, s)
     own = backend is None
     if own:

@@ -1,4 +1,4 @@
-"""Make the simulator's observations (e_ij) look like real ones, and measure it (issue 14, deliverable 3).
+"""Make the simulator's observations (e_ij) look like real ones, and measure it.
 
     python -m simworld.evidence_match --corpus results/corpus-gsm8k --out results/corpus-gsm8k/evidence \\
         [--encoder minilm] [--params results/corpus-gsm8k/fit/sim_params_synthetic_fit.json]
@@ -306,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", help="corpus directory (python -m simworld.corpus)")
     src.add_argument("--traces", nargs="+", help="or DebateTrace JSONL files (all split by question)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="results directory (evidence_report.md/json, the text bank, the fitted SimParams)")
     ap.add_argument("--encoder", default="minilm", help="the encoder used at evaluation (default minilm)")
     ap.add_argument("--params", help="SimParams JSON (e.g. the fit); default: SimParams() defaults")
     ap.add_argument("--sim-debates", type=int, default=48)
@@ -321,13 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--holdout must be in (0, 1)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     command = command_line(PROG, argv)
-    try:
-        params = SimParams.from_json(a.params) if a.params else SimParams()
-        source = a.corpus if a.corpus else corpus_from_traces(a.traces)
-        run(source, a.out, a.encoder, params, a.sim_debates, a.holdout, a.seed, command,
-            _grid(a.keep_grid, "--keep-grid"), _grid(a.mix_grid, "--mix-grid"), a.params)
-    except ValueError as e:
-        raise SystemExit(f"{PROG}: error: {e}") from None
+    params = SimParams.from_json(a.params) if a.params else SimParams()
+    source = a.corpus if a.corpus else corpus_from_traces(a.traces)
+    run(source, a.out, a.encoder, params, a.sim_debates, a.holdout, a.seed, command,
+        _grid(a.keep_grid, "--keep-grid"), _grid(a.mix_grid, "--mix-grid"), a.params)
     print((Path(a.out) / "evidence_report.md").read_text())
     return 0
 

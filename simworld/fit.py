@@ -159,10 +159,10 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
     t0 = time.perf_counter()
     corpus = load_corpus(corpus_dir)
     if not corpus.logging:
-        raise SystemExit(f"{PROG}: error: {corpus_dir} has no logging-policy debates to fit")
+        raise ValueError(f"{corpus_dir} has no logging-policy debates to fit")
     train_tr, test_tr = split_by_question(corpus.logging, holdout, seed)
     if not train_tr or not test_tr:
-        raise SystemExit(f"{PROG}: error: --holdout {holdout} leaves an empty side ({len(train_tr)} train, "
+        raise ValueError(f"--holdout {holdout} leaves an empty side ({len(train_tr)} train, "
                          f"{len(test_tr)} held-out debates)")
     train = to_records(train_tr, "train")
     cv = None
@@ -350,11 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--sim-questions must be >= 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     command = command_line(PROG, argv)
-    try:
-        run(a.corpus, a.out, a.holdout, a.seed, a.sim_questions, command, ridge=a.ridge, ridge_grid=a.ridge_grid,
-            cv_folds=a.cv_folds)
-    except ValueError as e:
-        raise SystemExit(f"{PROG}: error: {e}") from None
+    run(a.corpus, a.out, a.holdout, a.seed, a.sim_questions, command, ridge=a.ridge, ridge_grid=a.ridge_grid,
+        cv_folds=a.cv_folds)
     print((Path(a.out) / "fit_report.md").read_text())
     return 0
 

@@ -33,8 +33,6 @@ import argparse
 import json
 import logging
 import math
-import shlex
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -44,8 +42,9 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from dear.cli import command_line
 from dear.cli import run as run_cli
-from dear.deprecation import add_renamed_flags
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_output_args, add_question_args
 from dear.metrics import Ratio
 from dear.sim.backend import SimBackend
 from dear.sim.likelihood import round0_arrays, round0_loglik_grid, transition_outcomes
@@ -286,30 +285,24 @@ def collect(n: int, llm: str, out: str, rounds: int, max_tokens: int, seed: int,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", help="debate traces JSONL to fit (with --collect: where to write them)")
-    ap.add_argument("--out", default=DEFAULT_OUT, help="fitted SimParams JSON (name must contain 'synthetic')")
     ap.add_argument("--report", default=DEFAULT_REPORT, help="Markdown report (fitted sim vs real)")
     ap.add_argument("--replicates", type=int, default=200, help="synthetic questions per logged debate schedule")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--collect", type=int, metavar="N", help="run the real model on N questions first")
-    ap.add_argument("--llm", default="local", help="backend spec for --collect (see dear.llm.registry)")
-    ap.add_argument("--task", default="gsm8k")
-    ap.add_argument("--split", default="test")
-    ap.add_argument("--n-rounds", type=int, default=1, help="exchange rounds for --collect")
-    ap.add_argument("--n-agents", type=int, default=3)
-    add_renamed_flags(ap, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    ap.add_argument("--max-tokens", type=int, default=384)
+    add_question_args(ap, split="test")
+    add_backend_args(ap, llm_note="for --collect", max_tokens=384, parallel_note="for --collect", n_ctx=OMIT)
+    add_debate_args(ap, n_rounds=1, n_rounds_note="for --collect", seed_note="also of the fit's simulations")
     ap.add_argument("--mask-p", type=float, default=0.5)
     ap.add_argument("--t-min", type=float, default=0.1)
     ap.add_argument("--t-max", type=float, default=1.2)
-    ap.add_argument("--parallel", type=int, help="llama.cpp decoding slots for --collect (local/smoke backends)")
     ap.add_argument("--chunk", type=int, help="with --collect: debates per batch (traces are appended per chunk)")
+    add_output_args(ap, out_help="fitted SimParams JSON (name must contain 'synthetic')", out=DEFAULT_OUT)
     ap.add_argument("--fit", action="store_true", help="with --collect: fit right after collecting")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per loopback request is noise
-    command = PROG + " " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = command_line(PROG, argv)
     if args.collect is not None:
         if args.collect < 1:
             ap.error("--collect N needs N >= 1")

@@ -119,20 +119,23 @@ def test_repeats_add_debates_with_new_seeds_to_the_same_questions(tmp_path):
         assert a["debate_id"] != b["debate_id"] and a["seed"] != b["seed"]
     _run(out, 3, 1, "--repeats", "2")  # nothing left to do
     assert len(read_corpus(out)) == 7
-    with pytest.raises(SystemExit, match="repeats"):
+    with pytest.raises(ValueError, match="--repeats must be >= 1, got 0"):
         _run(out, 3, 1, "--repeats", "0")
 
 
 def test_settings_guard_and_bad_flags_are_named(tmp_path):
     out = tmp_path / "c"
     _run(out, 2, 1)
-    with pytest.raises(SystemExit, match="layout"):
+    with pytest.raises(ValueError, match="other settings.*layout"):
         corpus.main(["--llm", "sim", "--task", "synthetic", "--layout", "multiturn", "--out", str(out),
                      "--n-logging", "2", "--n-mad", "1"])
-    with pytest.raises(SystemExit, match="--n-logging"):
+    with pytest.raises(ValueError, match="--n-logging must be >= 0"):
         _run(tmp_path / "d", -1, 1)
-    with pytest.raises(SystemExit, match="--n-mad 5000 exceeds"):
+    with pytest.raises(ValueError, match="--n-mad 5000 exceeds"):
         _run(tmp_path / "e", 1, 5000)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="--out .*file exists and is not a directory"):
+        _run(tmp_path / "file", 1, 1)
     with pytest.raises(SystemExit):
         corpus.main(["--llm", "sim", "--out", str(tmp_path / "f")])  # --layout is required
 

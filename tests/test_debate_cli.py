@@ -6,8 +6,14 @@ import re
 import subprocess
 import sys
 
+from dear.cli import exit_code
 from dear.debate import read_jsonl
-from dear.debate.__main__ import main
+from dear.debate.__main__ import ERRORS, PROG, main
+
+
+def cli(argv: list[str]) -> int:
+    """The exit code of `python -m dear.debate ARGV`, its error line on stderr (dear.cli.run without exiting)."""
+    return exit_code(lambda: main(argv), PROG, errors=ERRORS, argv=argv)
 
 
 def test_cli_sim_mad_prints_results_and_writes_traces(tmp_path, capsys):
@@ -43,24 +49,24 @@ def test_cli_module_entry_point_and_bad_protocol():
 
 
 def test_cli_out_is_checked_before_any_debate(tmp_path, capsys):
-    assert main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path)]) == 2
+    assert cli(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache", "--out", str(tmp_path)]) == 2
     captured = capsys.readouterr()
     assert "questions, protocol" not in captured.out  # refused before the debates started
-    assert "error: --out" in captured.err and "is a directory" in captured.err
+    assert "python -m dear.debate: error: --out" in captured.err and "is a directory" in captured.err
     (tmp_path / "f").write_text("")
-    assert main(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache",
-                 "--out", str(tmp_path / "f" / "t.jsonl")]) == 2
+    assert cli(["--task", "synthetic", "--n", "3", "--llm", "sim", "--no-cache",
+                "--out", str(tmp_path / "f" / "t.jsonl")]) == 2
     assert "not a directory" in capsys.readouterr().err
 
 
 def test_cli_user_errors_are_one_line_and_exit_2_traceback_only_with_v(capsys):
-    assert main(["--task", "gpqa_x", "--llm", "sim"]) == 2
+    assert cli(["--task", "gpqa_x", "--llm", "sim"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("python -m dear.debate: error: unknown task 'gpqa_x'") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-    assert main(["--task", "gpqa_x", "--llm", "sim", "-v"]) == 2
+    assert cli(["--task", "gpqa_x", "--llm", "sim", "-v"]) == 2
     assert "Traceback" in capsys.readouterr().err
-    assert main(["--task", "synthetic", "--llm", "sim,sim", "--n-agents", "3"]) == 2
+    assert cli(["--task", "synthetic", "--llm", "sim,sim", "--n-agents", "3"]) == 2
     assert "--llm lists 2 specs" in capsys.readouterr().err
 
 

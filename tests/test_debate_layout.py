@@ -207,7 +207,7 @@ def test_layout_comparison_runs_resumes_and_reports_on_the_sim_backend(tmp_path,
     for line in (tmp_path / "lay" / "arms.jsonl").read_text().splitlines():
         trace = json.loads(line)["trace"]
         assert [t["text"] for t in trace["rounds"][0]] == [t["text"] for t in round0[trace["question_id"]]]
-    with pytest.raises(SystemExit, match="other settings"):
+    with pytest.raises(ValueError, match="other settings"):
         layouts.main([*args, "--max-tokens", "99"])
 
 

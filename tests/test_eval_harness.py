@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import read_jsonl
 from dear.llm.base import Completion
 from dear.sim import SimBackend
@@ -268,7 +269,7 @@ def test_settings_guard_covers_backend_options_checkpoint_hash_and_modes(tmp_pat
     eval_run.main(args(out, methods="mad,dear", n=2, ckpt=run), backend=SimBackend())
     settings = json.loads((out / "run.json").read_text())["settings"]
     assert len(settings["checkpoint_sha256"]) == 64 and settings["policy_sampling"] == "deterministic"
-    assert settings["layout"] in eval_run.LAYOUTS
+    assert settings["layout"] in LAYOUTS
     with pytest.raises(ValueError, match=r"backend_options: \{\} there vs \{'n_ctx': 4096\} now"):
         eval_run.main(args(out, "--n-ctx", "4096", methods="mad,dear", n=2, ckpt=run), backend=SimBackend())
     with pytest.raises(ValueError, match="policy_sampling: 'deterministic' there vs 'sampled' now"):

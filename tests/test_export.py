@@ -75,7 +75,11 @@ print(a.pairs.shape[1], float(a.temperature.min()) >= 0.1)
 
 
 def test_export_verifies_the_checkpoint_and_refuses_a_non_empty_out_dir(tmp_path, capsys, tiny_run):
+    from dear.cli import exit_code
     from dear.export import main
+
+    def cli(argv: list[str]) -> int:  # `python -m dear.export ARGV`: its exit code and error line
+        return exit_code(lambda: main(argv), "python -m dear.export", argv=argv)
 
     run = tiny_run()
     ckpt = run / "checkpoints" / "iter_000001"
@@ -83,9 +87,9 @@ def test_export_verifies_the_checkpoint_and_refuses_a_non_empty_out_dir(tmp_path
     damaged = bytearray(weights)
     damaged[-16:-8] = b"\x00\x00\xc0\x7f" * 2  # two float32 NaNs over the last weights
     (ckpt / "model.safetensors").write_bytes(bytes(damaged))
-    assert main([str(run), str(tmp_path / "out")]) == 2
+    assert cli([str(run), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "model.safetensors: damaged" in err and not (tmp_path / "out").exists()  # checked, not re-stamped
+    assert err.startswith("python -m dear.export: error: ") and "model.safetensors: damaged" in err and not (tmp_path / "out").exists()  # checked, not re-stamped
     (ckpt / "checksums.json").unlink()  # a checkpoint from before checksums: the NaN itself is caught
     with pytest.raises(ExportError, match=r"model\.safetensors: non-finite values"):
         export_checkpoint(run, tmp_path / "out")
@@ -98,7 +102,7 @@ def test_export_verifies_the_checkpoint_and_refuses_a_non_empty_out_dir(tmp_path
     out = tmp_path / "out"
     assert main([str(run), str(out)]) == 0
     first = (out / "manifest.json").read_text()
-    assert main([str(run), str(out)]) == 2  # non-empty: refused, nothing overwritten
+    assert cli([str(run), str(out)]) == 2  # non-empty: refused, nothing overwritten
     assert "not empty" in capsys.readouterr().err and (out / "manifest.json").read_text() == first
     assert main([str(run), str(out), "--force"]) == 0
     load_exported(out)

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # package or module -> floor
 FLOORS = {
     "dear.vote": 0, "dear.seeds": 0, "dear.synthetic_header": 0, "dear.deprecation": 0, "dear.cli": 0,
-    "dear.atomic": 0, "dear.llm.base": 0,  # dear.llm.base: the backend contract, below every backend
+    "dear.atomic": 0, "dear.progress": 0, "dear.llm.base": 0,  # dear.llm.base: the backend contract, below every backend
     "dear.llm": 1, "dear.tasks": 1, "dear.evidence": 1, "dear.belief": 1, "dear.metrics": 1, "dear.integrity": 1,
     "dear.sim": 1,
     "dear.debate": 2, "dear.policy": 2,

@@ -50,7 +50,7 @@ def test_rows_labels_and_resume(tmp_path, capsys):
     # the same command continues: nothing is rerun, nothing appended
     before = (out / "rows.jsonl").read_text()
     assert _main(out) == 0 and (out / "rows.jsonl").read_text() == before
-    with pytest.raises(SystemExit, match="episodes"):  # other settings are refused, naming the key
+    with pytest.raises(ValueError, match="other settings.*episodes"):  # refused, naming the key
         _main(out, "--episodes", "8")
     # another seed is not another setting: it adds its row, the others stay as they were
     lc.main(["--config", "sim-stylised", "--seeds", "1,2", "--out", str(out), "--episodes", "16",

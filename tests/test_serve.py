@@ -168,12 +168,15 @@ def test_health_models_and_a_round_trip(sim_server):
     assert health["status"] == "ok" and health["backend"] == {"model_id": "sim-v1", "synthetic": True}
     assert health["policy"]["trained_on_synthetic"] is True and health["policy"]["n_rounds"] == 2
     c = client(sim_server)
-    assert [m.id for m in c.models.list()] == ["dear", "dear:numeric", "dear:integer", "dear:math", "dear:choice"]
+    ids = [m.id for m in c.models.list()]
+    assert ids[:5] == ["dear", "dear:numeric", "dear:integer", "dear:math", "dear:choice"]
+    assert [i for i in ids if ":" not in i] == ["dear", "mad", "mad-stop", "sc", "cot", "majority"]
     q = synthetic_questions(1)[0]
-    r = ask(c, q, seed=11, temperature=0.2, max_tokens=50, extra_body={"user_tag": "x"})
+    r = ask(c, q, seed=11, temperature=0.2, max_tokens=100_000, extra_body={"user_tag": "x"})
     dear = check_debate(r)
     assert dear["synthetic"] is True and dear["kind"] == "numeric" and dear["seed"] == 11
-    assert dear["ignored_parameters"] == ["max_tokens", "temperature", "user_tag"]
+    assert dear["method"] == "dear" and dear["stopped"] is None  # a budget every round fits
+    assert dear["ignored_parameters"] == ["temperature", "user_tag"]
     # Round 0 samples at the server's settings; the request's temperature is ignored, as documented.
     assert [a["temperature"] for a in dear["rounds"][0]["agents"]] == [0.7] * 3
     assert r.model == "dear" and r.id.startswith("chatcmpl-dear-")
@@ -272,6 +275,8 @@ def test_bad_requests_get_400_naming_the_problem(sim_server):
         ({"model": "dear:integer", "messages": user, "dear_kind": "math"}, 400, "given twice"),
         ({"model": "dear", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}, 400, "synthetic"),
         ({"model": "gpt-4o", "messages": user}, 404, "does not exist"),
+        ({"model": "dear", "messages": user, "max_tokens": 50}, 400, "budget of 50"),
+        ({"model": "dear", "messages": user, "dear_max_rounds": 1.5}, 400, "'dear_max_rounds'"),
     ]
     for body, status, needle in cases:
         r = httpx.post(url, content=body) if isinstance(body, bytes) else httpx.post(url, json=body)

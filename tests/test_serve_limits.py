@@ -239,7 +239,7 @@ def test_settings_and_command_line(monkeypatch):
     assert a.api_key == "from-flag" and a.max_body_size == 65536
     monkeypatch.setenv("DEAR_API_KEY", "")
     assert parse_args(["--policy", "p"]).api_key is None  # empty: no key
-    for bad in (["--max-body-size", "0"], ["--max-body-size", "lots"], ["--api-key", " "]):
+    for bad in (["--max-body-size", "0"], ["--max-body-size", "lots"], ["--api-key", " "], ["--model-name", "sc"]):
         with pytest.raises(SystemExit):
             parse_args(["--policy", "p", *bad])
     # Bound beyond loopback without a key: a warning at start.
@@ -248,5 +248,7 @@ def test_settings_and_command_line(monkeypatch):
     assert exposure_warning("0.0.0.0", "k") is None
     assert exposure_warning("127.0.0.1", None) is None and exposure_warning("localhost", None) is None
     assert "secret" not in repr(ServeSettings(api_key="secret"))
+    with pytest.raises(ValueError, match="a baseline's"):  # DEAR cannot be renamed to a baseline's name
+        ServeSettings(model_name="mad")
     with pytest.raises(ValueError):
         ServeSettings(max_body_size=0)

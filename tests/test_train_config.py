@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from train.config import CONFIG_DIR, ConfigError, load_config, save_config, config_from_dict
+from train.config import CONFIG_DIR, ConfigError, config_from_dict, config_names, load_config
 
 
 def test_shipped_configs_load():
@@ -72,13 +72,22 @@ def test_bad_values_and_unknown_config():
         load_config("nope")
 
 
-def test_roundtrip_saved_config(tmp_path):
+def test_a_config_saved_as_a_run_saves_it_loads_back_equal():
     import yaml
 
     cfg = load_config("gsm8k", ["run.seed=7"])
-    save_config(cfg, tmp_path / "config.yaml")
-    again = config_from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text()))
-    assert again == cfg
+    saved = yaml.safe_dump(cfg.to_dict(), sort_keys=False)  # a run's config.yaml (train.runner)
+    assert config_from_dict(yaml.safe_load(saved)) == cfg
+
+
+def test_config_names_are_the_files_of_configs_and_the_help_lists_them(capsys):
+    from train.happo import parse_args
+
+    assert config_names() == sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) and "sim" in config_names()
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in config_names())
 
 
 def test_help_lists_every_config_key_with_default_and_help(capsys):

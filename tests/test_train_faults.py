@@ -12,17 +12,23 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from dear.cli import exit_code
 from dear.llm.base import ChatMessage, ChatRequest
 from dear.llm.sim import SimBackend
 from dear.tasks import load as load_task
 from train.checkpoint import CheckpointError, latest_checkpoint
 from train.config import ConfigError, load_config
-from train.happo import main
+from train.happo import CODES, ERRORS, PROG, main
 from train.partial import PARTIAL_DIR
 from train.runner import RunDirError, Trainer
 
 SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
          "rollout.episodes_per_iter=16", "run.checkpoint_every=1", "happo.num_minibatches=2"]
+
+
+def cli(argv: list[str]) -> int:
+    """The exit code of `python -m train.happo ARGV`, its error line on stderr (dear.cli.run without exiting)."""
+    return exit_code(lambda: main(argv), PROG, errors=ERRORS, codes=CODES, argv=argv)
 
 
 def _cfg(*extra):
@@ -114,11 +120,11 @@ def test_five_percent_failed_requests_over_three_iterations(tmp_path):
 
 def test_all_failing_backend_stops_non_zero_without_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
-    code = main(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "run.iterations=3",
+    code = cli(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "run.iterations=3",
                  "llm.options.fail_rate=1.0"])
     err = capsys.readouterr().err
     assert code == 1
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    errors = [line for line in err.splitlines() if line.startswith("python -m train.happo: error:")]
     assert len(errors) == 1 and "all 16 debates failed on backend 'sim'" in errors[0]
     assert "no update" in errors[0] and "injected failure" in errors[0]
     assert not (run / "checkpoints").exists() and not (run / "metrics.jsonl").exists()
@@ -131,13 +137,13 @@ def test_existing_run_dir_refuses_without_overwrite(tmp_path, capsys):
     run = tmp_path / "run"
     _train(run, "run.iterations=3")
     before = _tree(run)
-    assert main(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "run.iterations=1"]) == 2
+    assert cli(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "run.iterations=1"]) == 2
     assert "already holds a run" in capsys.readouterr().err and _tree(run) == before
     with pytest.raises(RunDirError, match="--overwrite"):
         Trainer(_cfg("run.iterations=1"), run_dir=run)
     assert _tree(run) == before
     (run / "notes.txt").write_text("mine")  # not a run artifact: --overwrite keeps it
-    assert main(["--config", "sim-stylised", "--run-dir", str(run), "--overwrite", *SMALL, "run.iterations=1"]) == 0
+    assert cli(["--config", "sim-stylised", "--run-dir", str(run), "--overwrite", *SMALL, "run.iterations=1"]) == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "latest"]  # no stale iter_3
     assert len(_rows(run)) == 1 and (run / "notes.txt").read_text() == "mine"
     (tmp_path / "file").write_text("x")
@@ -149,22 +155,22 @@ def test_failed_resume_changes_nothing_on_disk(tmp_path, capsys):
     run = tmp_path / "run"
     _train(run, "run.iterations=2")
     before = _tree(run)
-    assert main(["--resume", str(run), "env.n_agents=5", "logging.progress=false"]) == 2
+    assert cli(["--resume", str(run), "env.n_agents=5", "logging.progress=false"]) == 2
     err = capsys.readouterr().err
     assert "model.safetensors" in err and "do not fit" in err
     assert _tree(run) == before  # config.yaml, metrics and checkpoints untouched
-    assert main(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 0  # still resumable
+    assert cli(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 0  # still resumable
 
 
 def test_cli_rejects_config_with_resume_and_bad_episode_counts(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["--config", "sim-stylised", "--resume", str(tmp_path)])
+        cli(["--config", "sim-stylised", "--resume", str(tmp_path)])
     assert e.value.code == 2 and "--config cannot be combined with --resume" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["--resume", str(tmp_path), "--run-dir", str(tmp_path / "x")])
+        cli(["--resume", str(tmp_path), "--run-dir", str(tmp_path / "x")])
     with pytest.raises(ConfigError, match=r"rollout\.episodes_per_iter.*multiple of rollout\.envs_per_worker=64"):
         load_config("sim-stylised", ["rollout.episodes_per_iter=5"])
-    assert main(["--config", "sim-stylised", "--run-dir", str(tmp_path / "r"), "rollout.episodes_per_iter=5"]) == 2
+    assert cli(["--config", "sim-stylised", "--run-dir", str(tmp_path / "r"), "rollout.episodes_per_iter=5"]) == 2
     assert "rollout.episodes_per_iter" in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
@@ -199,7 +205,7 @@ def test_interrupted_iteration_keeps_finished_chunks_and_resume_is_bit_identical
     assert latest_checkpoint(tmp_path / "b").name == "iter_000001"
     capsys.readouterr()
 
-    assert main(["--resume", str(tmp_path / "b"), "logging.progress=false"]) == 0
+    assert cli(["--resume", str(tmp_path / "b"), "logging.progress=false"]) == 0
     assert "reusing 8 finished debates (2 chunks)" in capsys.readouterr().out
     assert not (tmp_path / "b" / PARTIAL_DIR).exists()  # cleared once the iteration's update was done
     wa = load_file(str(latest_checkpoint(tmp_path / "a") / "model.safetensors"))
@@ -278,7 +284,7 @@ def test_damaged_checkpoint_files_are_named(tmp_path, capsys):
         Trainer(_cfg("run.iterations=2"), run_dir=run, resume=True)
     restore()
     (run / "checkpoints" / "latest").write_text("iter_000009")
-    assert main(["--resume", str(run), "logging.progress=false"]) == 2
+    assert cli(["--resume", str(run), "logging.progress=false"]) == 2
     assert "latest: names 'iter_000009'" in capsys.readouterr().err
 
 
@@ -288,10 +294,10 @@ def test_damaged_metrics_log_is_named_and_a_torn_last_row_is_dropped(tmp_path, c
     lines = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text(lines[0][:30] + "\n" + lines[1] + "\n")
     before = _tree(run)
-    assert main(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 2
+    assert cli(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 2
     assert "metrics.jsonl:1: not a metrics row" in capsys.readouterr().err and _tree(run) == before
     (run / "metrics.jsonl").write_text(lines[0] + "\n" + lines[1][:40])  # a crash in the middle of a write
-    assert main(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 0
+    assert cli(["--resume", str(run), "run.iterations=3", "logging.progress=false"]) == 0
     assert "incomplete last row dropped" in capsys.readouterr().out
     assert [r["iteration"] for r in _rows(run)] == [1, 3]  # row 2 was lost with the torn write; 3 is new
 
@@ -325,7 +331,7 @@ def test_interrupted_ray_iteration_resumes_to_the_uninterrupted_local_run(tmp_pa
         assert res.interrupted and res.iterations == 1
         assert len(list((tmp_path / "ray" / PARTIAL_DIR / "iter_000001").glob("chunk_*.pt"))) == 2
         capsys.readouterr()
-        assert main(["--resume", str(tmp_path / "ray"), "logging.progress=false"]) == 0
+        assert cli(["--resume", str(tmp_path / "ray"), "logging.progress=false"]) == 0
         assert "reusing 8 finished debates (2 chunks)" in capsys.readouterr().out
     finally:
         ray.shutdown()
@@ -340,7 +346,7 @@ def test_interrupted_ray_iteration_resumes_to_the_uninterrupted_local_run(tmp_pa
 
 def test_unreachable_openai_backend_is_one_error_line_at_start(tmp_path, capsys):
     run = tmp_path / "run"
-    code = main(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "llm.spec=openai:http://127.0.0.1:9/v1",
+    code = cli(["--config", "sim-stylised", "--run-dir", str(run), *SMALL, "llm.spec=openai:http://127.0.0.1:9/v1",
                  "llm.options={}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("error:") == 1 and "connection refused" in err

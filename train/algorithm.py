@@ -142,19 +142,29 @@ class HAPPO:
             trainable = [trainable[i] for i in perm]
         return trainable
 
-    def _agents(self, batch: RolloutBatch) -> dict[str, AgentSpec]:
-        sel_obs, pairs = batch.flat("selection_obs"), batch.flat("pairs")
-        beh_obs, raw = batch.flat("behavior_obs"), batch.flat("raw_behavior")
+    def _agents(self, batch: RolloutBatch, rows: torch.Tensor) -> dict[str, AgentSpec]:
+        """The RL agents over the batch's valid steps `rows` (flattened indices)."""
+        def flat(name: str) -> torch.Tensor | None:
+            x = batch.flat(name)
+            return None if x is None else x[rows]
+
+        sel_obs, pairs, kinds, stop = flat("selection_obs"), flat("pairs"), flat("kinds"), flat("stop")
+        beh_obs, raw, active = flat("behavior_obs"), flat("raw_behavior"), flat("behavior_active")
         # per-dimension ratios for the behavior agent (single-agent PPO keeps one joint ratio)
         per_dim = self.cfg.behavior_ratio == "per_dim" and self.cfg.algorithm != "ppo"
+
+        def at(x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
+            return None if x is None else x[idx]
+
         return {
             "selection": AgentSpec(
-                "selection", self.policy.selection, batch.flat("logp_selection"),
-                lambda idx: self.policy.evaluate_selection(sel_obs[idx], pairs[idx]), self.cfg.ent_coef_selection,
+                "selection", self.policy.selection, flat("logp_selection"),
+                lambda idx: self.policy.evaluate_selection(sel_obs[idx], pairs[idx], at(kinds, idx), at(stop, idx)),
+                self.cfg.ent_coef_selection,
             ),
             "behavior": AgentSpec(
-                "behavior", self.policy.behavior, batch.flat("logp_behavior"),
-                lambda idx: self.policy.evaluate_behavior(beh_obs[idx], raw[idx], per_dim),
+                "behavior", self.policy.behavior, flat("logp_behavior"),
+                lambda idx: self.policy.evaluate_behavior(beh_obs[idx], raw[idx], per_dim, at(active, idx)),
                 self.cfg.ent_coef_behavior, per_dim=per_dim,
             ),
         }
@@ -170,13 +180,14 @@ class HAPPO:
         batch.check_finite()
         batch = batch.to(self.device)
         gae = self.advantages(batch)
-        adv, returns, values = gae.advantages.reshape(-1), gae.returns.reshape(-1), gae.values.reshape(-1)
+        rows = batch.valid_rows()  # steps a debate took: an early stop leaves no-op steps behind it
+        adv, returns, values = (x.reshape(-1)[rows] for x in (gae.advantages, gae.returns, gae.values))
         if cfg.norm_adv and adv.numel() > 1:
             # Normalised once over the whole batch (as HARL), so every agent sees the same Â.
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         n = adv.numel()
         stats: dict[str, float] = {}
-        agents = self._agents(batch)
+        agents = self._agents(batch, rows)
         factor = torch.ones(n, device=self.device)
         self.last_factors = {}
         order = self.agent_order(generator)
@@ -236,21 +247,21 @@ class HAPPO:
                 p + "update_position": float(position),
                 p + "happo_factor_mean": self.last_factors[name].mean().item(),
             })
-        stats.update(self._update_critic(batch, returns, values, generator))
+        stats.update(self._update_critic(batch.flat("state")[rows], returns, values, generator))
         stats["losses/explained_variance"] = explained_variance(values, returns)
         if cfg.obs_norm:
             # After the update, so the next rollout and its PPO ratios use the same statistics.
-            self.policy.selection.obs_norm.update(batch.flat("selection_obs"))
-            self.policy.behavior.obs_norm.update(batch.flat("behavior_obs"))
-            self.critic.obs_norm.update(batch.flat("state"))
+            self.policy.selection.obs_norm.update(batch.flat("selection_obs")[rows])
+            self.policy.behavior.obs_norm.update(batch.flat("behavior_obs")[rows])
+            self.critic.obs_norm.update(batch.flat("state")[rows])
         stats["charts/advantage_std_raw"] = float(
             (returns - values).std().item()) if n > 1 else 0.0
         return stats
 
-    def _update_critic(self, batch: RolloutBatch, returns: torch.Tensor, values: torch.Tensor,
+    def _update_critic(self, state: torch.Tensor, returns: torch.Tensor, values: torch.Tensor,
                        generator: torch.Generator) -> dict[str, float]:
         cfg = self.cfg
-        state = batch.flat("state").to(self.device)
+        state = state.to(self.device)
         if cfg.value_norm:
             self.value_norm.update(returns)
             target = self.value_norm.normalize(returns)

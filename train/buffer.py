@@ -1,8 +1,9 @@
 """Rollout storage for one HAPPO iteration and GAE(gamma, lambda) from the shared critic.
 
-Every debate has exactly R steps (one per exchange round), so a batch is a dense (E, R) grid of
-transitions: E episodes x R steps, flattened to N = E*R for the update. A debate that failed (a backend request
-gave up) ends early; the trainer removes its whole row (`select`) before the update, so the grid stays dense.
+A batch is a dense (E, R) grid of transitions: E episodes x R steps (one per exchange round), flattened to
+N = E*R for the update. A debate that failed (a backend request gave up) ends early; the trainer removes its whole
+row (`select`) before the update. With the extended action set a debate may stop early: its later steps stay in
+the grid as no-ops with `valid` = 0, and the update uses only the valid steps (`valid_rows`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
+
+# Fields of the extended action set: None in batches of the paper's actions (and in chunks saved before them).
+EXTENDED_FIELDS = ("kinds", "stop", "behavior_active", "valid")
 
 
 @dataclass
@@ -25,6 +29,14 @@ class RolloutBatch:
     state: torch.Tensor  # (E, T, S) critic input
     rewards: torch.Tensor  # (E, T)
     dones: torch.Tensor  # (E, T) 1 where the episode ended after this step
+    kinds: torch.Tensor | None = None  # (E, T, V) turn kind per agent (dear.policy.KINDS index)
+    stop: torch.Tensor | None = None  # (E, T) 1 where the debate stopped before this round
+    behavior_active: torch.Tensor | None = None  # (E, T, V) 1 where the agent's (T, top-p) acted
+    valid: torch.Tensor | None = None  # (E, T) 1 for steps the debate actually took (0 after a stop)
+
+    def _map(self, fn) -> "RolloutBatch":
+        return RolloutBatch(**{f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name))
+                               for f in fields(self)})
 
     @property
     def num_episodes(self) -> int:
@@ -34,26 +46,45 @@ class RolloutBatch:
     def num_steps(self) -> int:
         return self.rewards.shape[1]
 
+    @property
+    def extended(self) -> bool:
+        return self.kinds is not None
+
     @classmethod
     def concat(cls, parts: list["RolloutBatch"]) -> "RolloutBatch":
-        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts], 0) for f in fields(cls)})
+        def cat(name: str):
+            xs = [getattr(p, name) for p in parts]
+            if any(x is None for x in xs):
+                if not all(x is None for x in xs):
+                    raise ValueError(f"concat: field '{name}' is missing in some parts (mixed action sets)")
+                return None
+            return torch.cat(xs, 0)
+
+        return cls(**{f.name: cat(f.name) for f in fields(cls)})
 
     def to(self, device: torch.device | str) -> "RolloutBatch":
         """The same batch on `device` (the learner's); tensors already there are shared, not copied."""
-        return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return self._map(lambda x: x.to(device))
 
     def select(self, keep: torch.Tensor) -> "RolloutBatch":
         """The episodes where the bool (E,) `keep` is True (e.g. the debates that did not fail)."""
-        return RolloutBatch(**{f.name: getattr(self, f.name)[keep] for f in fields(self)})
+        return self._map(lambda x: x[keep])
 
-    def flat(self, name: str) -> torch.Tensor:
+    def flat(self, name: str) -> torch.Tensor | None:
         x = getattr(self, name)
-        return x.reshape(-1, *x.shape[2:])
+        return None if x is None else x.reshape(-1, *x.shape[2:])
+
+    def valid_rows(self) -> torch.Tensor:
+        """Indices into the flattened (E*T) steps that the debates took (all of them without early stops)."""
+        n = self.rewards.numel()
+        if self.valid is None:
+            return torch.arange(n, device=self.rewards.device)
+        return torch.nonzero(self.valid.reshape(-1) > 0.5, as_tuple=False).squeeze(-1)
 
     def check_finite(self) -> None:
         for f in fields(self):
             x = getattr(self, f.name)
-            if not torch.isfinite(x).all():
+            if x is not None and not torch.isfinite(x).all():
                 raise FloatingPointError(f"non-finite values in rollout field '{f.name}'")
 
 

@@ -26,7 +26,8 @@ def policy_config(cfg: TrainConfig) -> PolicyConfig:
         fusion=cfg.env.fusion, selection_hidden=p.hidden, behavior_hidden=p.hidden, log_std_init=p.log_std_init,
         temperature_range=cfg.env.temperature_range, top_p_range=cfg.env.top_p_range,
         fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
-        behavior_map=p.behavior_map, selection_bias_init=p.selection_bias_init,
+        behavior_map=p.behavior_map, selection_bias_init=p.selection_bias_init, actions=cfg.env.actions,
+        kinds_mode=p.kinds_mode, stop_mode=p.stop_mode, stop_agree=p.stop_agree,
     )
 
 
@@ -86,6 +87,7 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
         top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
         layout=e.layout, silent=e.silent, answer_aware=e.answer_aware, shaping=e.shaping,
         shaping_coef=e.shaping_coef, shaping_gamma=cfg.happo.gamma, behavior_map=cfg.policy.behavior_map,
+        actions=e.actions, decision=e.decision,
     )
     kwargs.update(e.options)
     from envs.vector_env import DebateVectorEnv

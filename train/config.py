@@ -39,7 +39,7 @@ class ConfigError(ValueError):
     """A config file or override has an unknown key, a wrong type or a bad value."""
 
 
-# Old dotted key -> new dotted key (issue 16: one name per quantity). Old keys still load, with a warning.
+# Old dotted key -> new dotted key (one name per quantity). Old keys still load, with a warning.
 RENAMED_KEYS: dict[str, str] = {
     "env.num_agents": "env.n_agents",
     "env.rounds": "env.n_rounds",
@@ -132,8 +132,12 @@ class EnvSection:
     fusion: Literal["dst", "mean"] = "dst"  # peer-opinion fusion: Dempster-Shafer or the mean ablation
     encoder: str | None = None  # None = the env's default for the backend (minilm real, hashing sim)
     layout: str = DebateConfig.layout  # exchange-round prompt layout: multiturn (Du et al.) or single
-    silent: bool = False  # option (issue 14): an agent that reads nobody keeps its answer without a model call
-    answer_aware: float = 0.0  # option (issue 14): weight of parsed-answer agreement in e_ij; 0 = the paper's
+    silent: bool = False  # option: an agent that reads nobody keeps its answer without a model call
+    answer_aware: float = 0.0  # option: weight of parsed-answer agreement in e_ij; 0 = the paper's
+    # The regulator's actions: "paper" (who reads whom + T/top-p) or "extended" (also per agent revise / keep /
+    # fresh sample, and a stop after each round); envs/debate_env.py documents both.
+    actions: Literal["paper", "extended"] = "paper"
+    decision: Literal["last-round", "all-answers"] = "last-round"  # the final vote: last round, or every sample
     # Potential-based shaping with Φ = the round's plurality score (envs/debate_env.py): the optimum is unchanged,
     # and the return loses the variance round 0 fixed before any action (its std halves in the fitted world).
     shaping: bool = True
@@ -168,6 +172,11 @@ class PolicySection:
     # range ends, which the mean then reaches at a finite value with a usable gradient; dear.policy.to_sampling).
     behavior_map: Literal["sigmoid", "clip"] = "clip"
     selection_bias_init: float = 0.0  # initial logit of every pair: 0 = read with p 0.5, no prior on density
+    # Extended actions (env.actions = extended): learned, or a fixed rule that makes the policy a baseline
+    # (kinds_mode fresh + stop_mode never + env.decision all-answers = self-consistency; dear.policy.PolicyConfig)
+    kinds_mode: Literal["learned", "revise", "keep", "fresh"] = "learned"  # every agent's turn kind
+    stop_mode: Literal["learned", "never", "agree"] = "learned"  # agree: stop once the leader has stop_agree * V
+    stop_agree: float = 1.0  # votes the leader needs for stop_mode=agree, as a fraction of V
 
 
 @dataclass
@@ -204,7 +213,7 @@ class HAPPOConfig:
 class LoggingConfig:
     wandb: bool = False  # used only when wandb is installed; WANDB_MODE=offline works with no network
     wandb_project: str = "dear"  # wandb project name
-    progress: bool = True  # progress bar with debates finished in the current iteration
+    progress: bool = True  # live progress: debates done, tokens, tokens/s, elapsed, ETA (dear/progress.py)
 
 
 @dataclass
@@ -375,9 +384,13 @@ def resolve_config_path(name_or_path: str) -> Path:
         return p
     p = CONFIG_DIR / f"{name_or_path}.yaml"
     if not p.exists():
-        known = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
-        raise ConfigError(f"unknown config '{name_or_path}' (known in {CONFIG_DIR}: {', '.join(known)})")
+        raise ConfigError(f"unknown config '{name_or_path}' (known in {CONFIG_DIR}: {', '.join(config_names())})")
     return p
+
+
+def config_names() -> list[str]:
+    """The named configs of configs/ (`--config NAME`), sorted."""
+    return sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
 
 
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -440,24 +453,32 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
 
 
 # Keys whose default changed: a saved run config without them ran with these values, so a resumed run keeps them.
-SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {"policy.behavior_map": "sigmoid", "env.shaping": False}
+SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
+    "policy.behavior_map": "sigmoid", "env.shaping": False,
+    # the extended action set came later; every run before it played the paper's actions and vote
+    "env.actions": "paper", "env.decision": "last-round", "policy.kinds_mode": "learned",
+    "policy.stop_mode": "learned", "policy.stop_agree": 1.0,
+}
 
 
-def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
-    """A validated config from plain data (e.g. a run's saved config.yaml; old key names still load; keys a run
-    saved before they existed take the values that run used, `SETTINGS_BEFORE_THE_KEY`)."""
+def with_settings_before_the_key(data: dict[str, Any]) -> dict[str, Any]:
+    """Plain config data (a run's config.yaml, a check's resolved config) with every key it was saved without
+    set to the value runs had before the key existed (`SETTINGS_BEFORE_THE_KEY`)."""
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for dotted, value in SETTINGS_BEFORE_THE_KEY.items():
         section, key = dotted.split(".")
         if isinstance(data.get(section), dict):
             data[section].setdefault(key, value)
+    return data
+
+
+def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
+    """A validated config from plain data (e.g. a run's saved config.yaml; old key names still load; keys a run
+    saved before they existed take the values that run used, `SETTINGS_BEFORE_THE_KEY`)."""
+    data = with_settings_before_the_key(data)
     cfg = _build(TrainConfig, rename_deprecated_keys(data, where), "", where)
     cfg.validate()
     return cfg
-
-
-def save_config(cfg: TrainConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 # ---------------------------------------------------------------- help text for the CLI

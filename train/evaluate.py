@@ -54,6 +54,9 @@ def summarize_episodes(all_episodes: Sequence[EpisodeStats]) -> dict[str, float]
         "rollout/mean_temperature": mean([e.mean_temperature for e in episodes]),
         "rollout/mean_top_p": mean([e.mean_top_p for e in episodes]),
         "rollout/mask_density": mean([e.mask_density for e in episodes]),
+        "rollout/fresh_share": mean([e.fresh_share for e in episodes]),
+        "rollout/keep_share": mean([e.keep_share for e in episodes]),
+        "rollout/stop_rate": mean([float(e.stopped) for e in episodes]),
         "rollout/episodes": float(len(episodes)),
     }
 

@@ -27,21 +27,20 @@ finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial
 from __future__ import annotations
 
 import argparse
-import sys
-import traceback
 from pathlib import Path
 from typing import Sequence
 
 import yaml
 
+from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
-from dear.integrity import IntegrityError
 from dear.llm.base import BackendError
 from train.config import (
     ConfigError,
     TrainConfig,
     apply_overrides,
     config_from_dict,
+    config_names,
     help_epilog,
     load_config,
     rename_deprecated_keys,
@@ -61,12 +60,19 @@ from train.runner import (  # noqa: F401
 )
 
 
+PROG = "python -m train.happo"
+# Refused at start-up (bad input, damaged files, an unreachable backend): one line, exit code 2. The config,
+# run-directory and integrity errors are ValueErrors, so USER_ERRORS holds them.
+ERRORS = (*USER_ERRORS, BackendError)
+CODES = {TrainingError: 1}  # training stopped by an error (every debate of an iteration failed): exit code 1
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; the module docstring is its `--help`."""
-    p = argparse.ArgumentParser(prog="python -m train.happo", description=__doc__, epilog=help_epilog(),
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, epilog=help_epilog(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="show the traceback of an error")
-    p.add_argument("--config", help="gsm8k | smoke | sim | path/to/config.yaml")
+    p.add_argument("--config", help=f"{' | '.join(config_names())} | path/to/config.yaml")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     p.add_argument("--ray-address", default=None, help="join an existing Ray cluster (e.g. 'auto' or host:port)")
     p.add_argument("--run-dir", default=None, help="explicit run directory (default: run.out_dir/NAME-...)")
@@ -105,29 +111,16 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
     return load_config(args.config, list(args.overrides))
 
 
-# Errors at start-up (bad input, damaged files, backend unreachable): one line on stderr, exit code 2.
-START_ERRORS = (ConfigError, RunDirError, IntegrityError, FileNotFoundError, BackendError)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train (or resume) one run; exit code 0 done, 1 training stopped, 2 refused at start-up, 130 interrupted."""
+    """Train (or resume) one run; exit code 0 done, 130 interrupted. A refusal at start-up raises one of ERRORS
+    (exit code 2 through dear.cli.run), a training stopped by an error TrainingError (exit code 1)."""
     args = parse_args(argv)
-    try:
-        cfg = build_config(args)
-        trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
-                          resume=bool(args.resume), ray_address=args.ray_address, overwrite=args.overwrite)
-    except START_ERRORS as e:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    trainer.logger.write(f"run dir: {trainer.run_dir}  backend: {cfg.llm.backend_spec()}  "
-                         f"workers: {cfg.rollout.num_workers}  start iteration: {trainer.counters.iteration}")
+    cfg = build_config(args)
+    trainer = Trainer(cfg, run_dir=Path(args.resume or args.run_dir) if (args.resume or args.run_dir) else None,
+                      resume=bool(args.resume), ray_address=args.ray_address, overwrite=args.overwrite)
+    trainer.logger.write(trainer.start_message())
     try:
         result = trainer.train()
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
     finally:
         trainer.close()
     trainer.logger.write(f"done: {result.iterations} iterations, {result.global_step} env steps"
@@ -136,4 +129,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_cli(main, "python -m train.happo")
+    run_cli(main, PROG, errors=ERRORS, codes=CODES)

@@ -56,7 +56,7 @@ from dear.cli import run as run_cli
 from dear.policy import JointPolicy
 from train.build import policy_config
 from dear.deprecation import with_moved_files
-from train.config import TrainConfig, load_config
+from train.config import TrainConfig, config_names, load_config, with_settings_before_the_key
 from train.evaluate import evaluate
 from train.logger import read_metrics
 from train.runner import Trainer
@@ -95,11 +95,43 @@ class FixedPolicy:
         return f"p={self.p:g}, T={self.temperature:g}, top-p={self.top_p:g}"
 
 
-def fixed_policy(cfg: TrainConfig, fp: FixedPolicy) -> JointPolicy:
-    """A JointPolicy that plays `fp` (selection "full" for p = 1, else "random" with random_p = p)."""
+def fixed_policy(cfg: TrainConfig, fp: FixedPolicy, kinds: str = "revise", stop: str = "never",
+                 stop_agree: float = 1.0) -> JointPolicy:
+    """A JointPolicy that plays `fp` (selection "full" for p = 1, else "random" with random_p = p); with the
+    extended action set every agent's turn is `kinds` and the stop follows `stop` (the paper's: revise, never)."""
     pc = dataclasses.replace(policy_config(cfg), selection_mode="full" if fp.p >= 1 else "random", random_p=fp.p,
-                             behavior_mode="fixed", fixed_temperature=fp.temperature, fixed_top_p=fp.top_p)
+                             behavior_mode="fixed", fixed_temperature=fp.temperature, fixed_top_p=fp.top_p,
+                             kinds_mode=kinds, stop_mode=stop, stop_agree=stop_agree)
     return JointPolicy(pc)
+
+
+@dataclass(frozen=True)
+class RuleBaseline:
+    """A strong baseline that the extended action set plays as one fixed setting of the policy."""
+
+    key: str
+    name: str
+    kinds: str  # every agent's turn kind after round 0
+    stop: str  # never | agree
+    agree: int | None  # stop = agree: once the vote's leader holds this many answers (None: all V agree)
+    decision: str  # the final vote's answers
+
+    def policy(self, cfg: TrainConfig) -> JointPolicy:
+        v = cfg.env.n_agents
+        return fixed_policy(cfg, mad(cfg), self.kinds, self.stop, (self.agree or v) / v)
+
+
+# With V agents and R rounds, SC draws V(R+1) samples (9 at V = 3, R = 2); adaptive SC stops once 2 agree.
+RULE_BASELINES = (
+    RuleBaseline("sc", "SC (every turn a fresh sample, vote over all)", "fresh", "never", None, "all-answers"),
+    RuleBaseline("adaptive-sc", "adaptive SC (fresh samples until 2 agree)", "fresh", "agree", 2, "all-answers"),
+    RuleBaseline("mad-stop", "MAD-stop (stop once unanimous)", "revise", "agree", None, "last-round"),
+)
+
+
+def with_decision(cfg: TrainConfig, decision: str) -> TrainConfig:
+    """The config with another final-vote rule (a baseline's own)."""
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, decision=decision))
 
 
 def mad(cfg: TrainConfig) -> FixedPolicy:
@@ -185,11 +217,12 @@ class CheckDir:
         saved = out / "settings.json"
         if saved.exists():
             old = with_moved_files(json.loads(saved.read_text()))  # settings saved before a file moved
+            if isinstance(old.get("resolved_config"), dict):  # ... or before a config key existed
+                old["resolved_config"] = with_settings_before_the_key(old["resolved_config"])
             old.pop("seeds", None)  # checks written before seeds could be added later stored them
             if old != settings:
                 diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-                raise SystemExit(f"{PROG}: error: {out} holds a check with other settings ({', '.join(diff)}); "
-                                 "use another --out")
+                raise ValueError(f"{out} holds a check with other settings ({', '.join(diff)}); use another --out")
         else:
             write_json(saved, settings, indent=2, trailing_newline=True)
 
@@ -213,8 +246,12 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
     run = CheckDir(out, settings)
     done = run.rows()
 
-    def test(policy: JointPolicy, eps: list) -> dict[str, float]:  # every row on the same test debates
-        return evaluate(base, policy, episodes, seed=eval_seed, split="test", per_episode=eps)
+    extended = base.env.actions == "extended"
+    paper = with_decision(base, "last-round")  # MAD, round 0 and the fixed grid vote as the paper's
+
+    def test(policy: JointPolicy, eps: list, cfg: TrainConfig = paper) -> dict[str, float]:
+        # every row on the same test debates
+        return evaluate(cfg, policy, episodes, seed=eval_seed, split="test", per_episode=eps)
 
     if "round0" not in done or "mad" not in done:
         t0, eps = time.process_time(), []
@@ -231,12 +268,18 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
             run.add("mad", _row("MAD", "mad", m, mad(base).label, eps, cost, cpu))
     if "best-fixed" not in done:
         t0, eps = time.process_time(), []
-        best, scores = best_fixed(base, grid, select_episodes, eval_seed)
+        best, scores = best_fixed(paper, grid, select_episodes, eval_seed)
         m = test(fixed_policy(base, best), eps)
         label = best.label if not (base.env.silent and best.p == 0) else "read nobody (silent: no call)"
         run.add("best-fixed", _row("best fixed policy", "best-fixed", m, label, eps, cost, time.process_time() - t0),
                 train_scores=[{"policy": fp.label, "accuracy": a, "tokens_per_question": t, "objective": o}
                               for fp, a, t, o in scores])
+    for rule in RULE_BASELINES if extended else ():
+        if rule.key not in done:
+            t0, eps = time.process_time(), []
+            m = test(rule.policy(base), eps, with_decision(base, rule.decision))
+            run.add(rule.key, _row(rule.name, rule.key, m, f"{rule.kinds}, stop {rule.stop}, vote {rule.decision}",
+                                   eps, cost, time.process_time() - t0))
     for seed in seeds:
         key = f"dear-{seed}"
         if key in done:
@@ -247,7 +290,7 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
         trainer = Trainer(cfg)
         try:
             result = trainer.train()
-            m = test(trainer.policy, eps)
+            m = test(trainer.policy, eps, base)
         finally:
             trainer.close()
         run.add(key, _row(f"DEAR, seed {seed}", "dear", m, str(result.run_dir), eps, cost,
@@ -364,9 +407,18 @@ def write_curves(out: Path, rows: Sequence[dict], cost: float) -> None:
 
 
 # ---------------------------------------------------------------- the suite
+def strongest_baseline(rows: Sequence[dict]) -> dict:
+    """The best fixed policy, or with the extended action set the rule baseline (SC, adaptive SC, MAD-stop) with a
+    higher mean objective on the test debates: what DEAR must reach."""
+    rules = {b.key for b in RULE_BASELINES}
+    candidates = [r for r in rows if r["kind"] == "best-fixed" or r["kind"] in rules]
+    return max(candidates, key=lambda r: float(np.mean(r["objectives"])))
+
+
 def suite_verdict(rows: Sequence[dict]) -> dict[str, Any]:
-    """DEAR's mean against the world's best fixed policy on the same debates, by the objective."""
-    best = next(r for r in rows if r["kind"] == "best-fixed")
+    """DEAR's mean against the world's strongest baseline (`strongest_baseline`) on the same debates, by the
+    objective."""
+    best = strongest_baseline(rows)
     dear = [r for r in rows if r["kind"] == "dear"]
     if not dear:
         return {"best": best, "mean": None}
@@ -464,7 +516,8 @@ def parse_worlds(text: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = ap.add_mutually_exclusive_group()
-    where.add_argument("--config", default=None, help="one world: a train config name or path (default: sim)")
+    where.add_argument("--config", default=None, help=f"one world: a train config, {' | '.join(config_names())} | "
+                                                      "path/to/config.yaml (default: sim)")
     where.add_argument("--worlds", help=f"the learning suite: all, or comma-separated of {', '.join(WORLDS)}")
     where.add_argument("--ablations", type=Path, metavar="DIR",
                        help="write DIR/summary.md over the ablation suites in DIR's subdirectories, against the "

@@ -1,4 +1,7 @@
-"""Run logging: every scalar to CSV + JSONL in the run dir, optional wandb, and a tqdm progress bar.
+"""Run logging: every scalar to CSV + JSONL in the run dir, optional wandb, and a live progress display.
+
+The progress display (`dear.progress.LiveProgress`) counts the run's debates, redrawn every few seconds with the
+tokens generated so far, tokens/s, elapsed time and ETA, so it moves while a chunk of debates is still running.
 
 Synthetic (sim backend) runs are labelled everywhere: each metric name is prefixed `synthetic/`, each
 JSONL row carries `"synthetic": true`, and the run directory name contains "synthetic".
@@ -11,12 +14,14 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from dear.integrity import IntegrityError
+from dear.progress import LiveProgress, ProgressSnapshot
 
 SYNTHETIC_PREFIX = "synthetic/"
 
@@ -45,9 +50,14 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 class RunLogger:
+    """Metrics files and wandb, and the run's progress display over `total_iterations * debates_per_iteration`
+    debates; `tokens` reads the tokens generated so far (the rollout pool's counter), `listener` sees every tick
+    of the display."""
+
     def __init__(self, run_dir: Path, synthetic: bool, total_iterations: int, start_iteration: int = 0,
                  use_wandb: bool = False, wandb_project: str = "dear", config: dict | None = None,
-                 progress: bool = True):
+                 progress: bool = True, debates_per_iteration: int = 1, tokens: Callable[[], int] | None = None,
+                 listener: Callable[[ProgressSnapshot], None] | None = None):
         self.run_dir = Path(run_dir)
         self.synthetic = synthetic
         self.jsonl_path = self.run_dir / "metrics.jsonl"
@@ -67,9 +77,13 @@ class RunLogger:
                 self._wandb = wandb.init(project=wandb_project, dir=str(self.run_dir), config=config,
                                          name=self.run_dir.name, id=self.run_dir.name.replace("/", "_"),
                                          resume="allow")
-        self._postfix: dict[str, str] = {}
-        self.bar = tqdm(total=total_iterations, initial=start_iteration, desc="synthetic HAPPO" if synthetic
-                        else "HAPPO", unit="it", disable=not progress, dynamic_ncols=True)
+        self.total_iterations = total_iterations
+        self.debates_per_iteration = debates_per_iteration
+        self.live = LiveProgress(total=total_iterations * debates_per_iteration,
+                                 initial=start_iteration * debates_per_iteration,
+                                 desc="synthetic HAPPO" if synthetic else "HAPPO", unit="debate", tokens=tokens,
+                                 enabled=progress, listener=listener)
+        self.live.set_info(it=f"{start_iteration}/{total_iterations}")
 
     def name(self, key: str) -> str:
         return SYNTHETIC_PREFIX + key if self.synthetic and not key.startswith(SYNTHETIC_PREFIX) else key
@@ -116,20 +130,26 @@ class RunLogger:
         return row
 
     def progress(self, iteration: int, sps: float, reward: float, accuracy: float) -> None:
-        self.bar.n = iteration
-        self._postfix = {"SPS": f"{sps:.2f}", "reward": f"{reward:+.3f}", "acc": f"{accuracy:.3f}"}
-        self.bar.set_postfix(self._postfix, refresh=False)
-        self.bar.refresh()
+        """After `iteration` iterations: the last one's reward, accuracy and env steps per second."""
+        self.rollout_progress(iteration, 0)
+        self.live.set_info(it=f"{iteration}/{self.total_iterations}", SPS=f"{sps:.2f}", reward=f"{reward:+.3f}",
+                           acc=f"{accuracy:.3f}")
+        self.live.tick(line=True)
 
-    def rollout_progress(self, episodes_done: int, episodes_total: int) -> None:
-        """Inside an iteration (minutes per iteration with a real model on CPU): debates finished so far."""
-        self.bar.set_postfix({**self._postfix, "debates": f"{episodes_done}/{episodes_total}"}, refresh=True)
+    def rollout_progress(self, iteration: int, debates_done: int) -> None:
+        """Inside iteration `iteration` (0-based): `debates_done` of its debates finished so far."""
+        done = iteration * self.debates_per_iteration + debates_done
+        self.live.update(done - self.live.done)
+
+    def debates_kept(self, n: int) -> None:
+        """`n` debates of the current iteration kept from an interrupted run: done, but not in the rate."""
+        self.live.skip(n)
 
     def write(self, msg: str) -> None:
         tqdm.write(("[synthetic] " if self.synthetic else "") + msg)
 
     def close(self) -> None:
-        self.bar.close()
+        self.live.close()
         if self._wandb is not None:
             self._wandb.finish()
 

@@ -14,13 +14,14 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import yaml
 
 from dear.atomic import atomic_write_text, write_json
 from dear.policy import Critic, JointPolicy
+from dear.progress import ProgressSnapshot
 from dear.regulator import state_dim
 from dear.seeds import derive_seed
 from train.algorithm import HAPPO
@@ -98,7 +99,10 @@ class Trainer:
     anything, so a refused start or a failed `--resume` leaves the run directory exactly as it was."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, resume: bool = False,
-                 ray_address: str | None = None, progress: bool | None = None, overwrite: bool = False):
+                 ray_address: str | None = None, progress: bool | None = None, overwrite: bool = False,
+                 on_progress: Callable[[ProgressSnapshot], None] | None = None):
+        """`progress`: show the progress display (default `logging.progress`); `on_progress` is called with
+        every tick of it (debates done, tokens generated, elapsed), every few seconds while debates run."""
         self.cfg = cfg
         torch.set_num_threads(max(1, cfg.run.torch_threads))
         self.synthetic = cfg.llm.synthetic
@@ -119,6 +123,8 @@ class Trainer:
         self.learner = HAPPO(self.policy, self.critic, cfg.happo, cfg.run.device)
         self.counters = Counters()
         self.last_good: Path | None = None
+        self.resumed = resume
+        self.kept_debates = 0  # finished debates of the interrupted iteration that --resume reuses
         if resume:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is None:
@@ -126,6 +132,7 @@ class Trainer:
             self.counters, _ = load_checkpoint(ckpt, self.learner)
             self.last_good = ckpt
             read_metrics(self.run_dir / "metrics.jsonl")  # a damaged log is named now, before anything is written
+            self.kept_debates = self._count_kept_debates()
         self.pool = make_pool(cfg, ray_address)
         try:
             if getattr(self.pool, "synthetic", self.synthetic) != self.synthetic:
@@ -137,7 +144,9 @@ class Trainer:
             self.logger = RunLogger(
                 self.run_dir, self.synthetic, cfg.run.iterations, start_iteration=self.counters.iteration,
                 use_wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
-                progress=cfg.logging.progress if progress is None else progress)
+                progress=cfg.logging.progress if progress is None else progress,
+                debates_per_iteration=sum(len(c.env_seeds) for c in make_chunks(cfg, 0)),
+                tokens=self.pool.generated_tokens, listener=on_progress)
         except BaseException:
             self.pool.close()
             raise
@@ -147,6 +156,20 @@ class Trainer:
         self._stop_requested = False
         self._t_start = time.perf_counter()
         self._steps_at_start = self.counters.global_step
+
+    def _count_kept_debates(self) -> int:
+        """Debates of the next iteration kept on disk by an interrupted attempt (what `collect` will reuse)."""
+        it = self.counters.iteration
+        if it >= self.cfg.run.iterations:
+            return 0
+        partial = PartialIteration(self.run_dir, it, rollout_key(self.cfg, self.weights()))
+        return sum(len(r.episodes) for r in partial.load(make_chunks(self.cfg, it)).values())
+
+    def start_message(self) -> str:
+        """The run's first line: where it runs, or where a resumed run continues and what it kept."""
+        where = (f"resuming {self.run_dir} from iteration {self.counters.iteration}/{self.cfg.run.iterations} "
+                 f"({self.kept_debates} finished debates kept)" if self.resumed else f"run dir: {self.run_dir}")
+        return f"{where}  backend: {self.cfg.llm.backend_spec()}  workers: {self.cfg.rollout.num_workers}"
 
     # -- signals -----------------------------------------------------------------------------------
     def _on_signal(self, signum, frame):
@@ -180,9 +203,10 @@ class Trainer:
                               f"kept in {partial.path}")
         todo = [c for c in chunks if c.index not in kept]
         n_kept = sum(len(c.env_seeds) for c in chunks) - sum(len(c.env_seeds) for c in todo)
+        self.logger.debates_kept(n_kept)
 
         def progress(done: int, total: int) -> None:
-            self.logger.rollout_progress(done + n_kept, total + n_kept)
+            self.logger.rollout_progress(it, done + n_kept)
 
         report = self.pool.collect(weights, todo, on_chunk=progress, on_result=partial.save)
         fresh = {r.spec.index: r for r in report.results}

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.base import GENERATED_TOKENS, Backend, ChatRequest, Completion
 from dear.metrics import conformity, round_vote
 from dear.policy import JointPolicy
 from dear.seeds import derive_seed
 from envs.debate_env import EpisodeSummary
 from train.build import TimedBackend, make_local_backend, make_policy, make_vector_env
-from train.buffer import RolloutBatch
+from train.buffer import EXTENDED_FIELDS, RolloutBatch
 from train.config import TrainConfig
 
 
@@ -69,6 +69,12 @@ class EpisodeStats:
     mask_density: float
     error: str | None = None  # why the debate failed (a backend request gave up), None when it finished
     round0_tokens: int = 0  # prompt + completion tokens of round 0 alone (0 in partial chunks saved before it existed)
+    # Extended actions: shares of exchange-round turns that drew a fresh sample / kept their answer, exchange
+    # rounds run, and whether the debate stopped before its last round (nan / -1 / False in older chunks).
+    fresh_share: float = math.nan
+    keep_share: float = math.nan
+    rounds_run: int = -1
+    stopped: bool = False
 
 
 @dataclass
@@ -118,6 +124,19 @@ def _episode_stats(info: dict[str, Any], k: int) -> EpisodeStats:
         round0_tokens=sum(t.prompt_tokens + t.completion_tokens for t in ep.trace.rounds[0]),
         mean_temperature=float(np.mean(temps)) if temps.size else math.nan,
         mean_top_p=float(np.mean(tops)) if tops.size else math.nan, mask_density=density, error=ep.error,
+        **_turn_kind_stats(ep),
+    )
+
+
+def _turn_kind_stats(ep: EpisodeSummary) -> dict[str, Any]:
+    later = [t for turns in ep.trace.rounds[1:] for t in turns]
+    n = len(later)
+    rounds_run = len(ep.trace.rounds) - 1
+    return dict(
+        fresh_share=sum(t.fresh for t in later) / n if n else math.nan,
+        keep_share=sum(t.silent for t in later) / n if n else math.nan,
+        rounds_run=rounds_run,
+        stopped=bool(not ep.failed and rounds_run < ep.planned_rounds),
     )
 
 
@@ -140,10 +159,12 @@ def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determi
     llm0 = timed.seconds if timed else 0.0
     torch.manual_seed(spec.torch_seed)
     obs, _ = venv.reset(seed=list(spec.env_seeds))
+    extended = policy.extended
     rec: dict[str, list[torch.Tensor]] = {k: [] for k in (
         "selection_obs", "pairs", "behavior_obs", "raw_behavior", "logp_selection", "logp_behavior", "state",
-        "rewards", "dones")}
+        "rewards", "dones", *(EXTENDED_FIELDS if extended else ()))}
     terminal: list[tuple[dict[str, Any], int] | None] = [None] * venv.num_envs  # (infos, k) of each debate's end
+    ended = np.zeros(venv.num_envs, dtype=bool)
     for t in range(n_steps):
         for key in ("selection", "belief", "uncertainty", "state"):
             if not np.isfinite(obs[key]).all():
@@ -157,19 +178,27 @@ def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determi
         rec["raw_behavior"].append(act.raw_behavior)
         rec["logp_selection"].append(act.logp_selection)
         rec["logp_behavior"].append(act.logp_behavior)
+        if extended:
+            rec["kinds"].append(act.kinds.to(torch.float32))
+            rec["stop"].append(act.stop)
+            rec["behavior_active"].append(act.behavior_active)
+            rec["valid"].append(torch.as_tensor(~ended, dtype=torch.float32))
         obs, rewards, terms, truncs, infos = venv.step(act.env_action())
         done = np.logical_or(terms, truncs)
         failed = np.asarray(infos.get("failed", np.zeros(venv.num_envs, bool)), dtype=bool)
         last = t == n_steps - 1
-        if (not last and (done & ~failed).any()) or (last and not done.all()):
+        early = done & ~failed & ~ended
+        if (not last and early.any() and not extended) or (last and not done.all()):
             raise RuntimeError(f"debates that did not fail must all end after exactly {n_steps} rounds; got "
                                f"done={done.tolist()} failed={failed.tolist()} at step {t}")
+        ended |= done
         for k in np.flatnonzero(done):
             if terminal[k] is None:
                 terminal[k] = (infos, int(k))
         rec["rewards"].append(torch.as_tensor(rewards, dtype=torch.float32))
         rec["dones"].append(torch.as_tensor(done, dtype=torch.float32))
     batch = RolloutBatch(**{k: torch.stack(v, 1).to(torch.float32) for k, v in rec.items()})
+    # A stopped debate rides along as a no-op: its later rewards are 0 and its steps are not valid.
     episodes = [_episode_stats(*end) for end in terminal if end is not None]
     llm = (timed.seconds - llm0) if timed else math.nan
     return ChunkResult(spec=spec, batch=batch, episodes=episodes, env_time_s=time.perf_counter() - t0, llm_time_s=llm)
@@ -225,6 +254,11 @@ class LLMEngine:
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         return self.backend.generate(requests)
+
+    def generated_tokens(self) -> int:
+        """Tokens generated in this actor so far, counted as they come back (`GENERATED_TOKENS`): the driver
+        polls it for its progress line while a `generate` call is still running."""
+        return GENERATED_TOKENS.total()
 
     def count_tokens(self, text: str) -> int:
         return self.backend.count_tokens(text)
@@ -286,6 +320,10 @@ class LocalPool:
             if on_chunk:
                 on_chunk(done, total)
         return RolloutReport(results=results, wall_s=time.perf_counter() - t0)
+
+    def generated_tokens(self) -> int:
+        """Tokens generated in this process so far (the backend runs here), as they come back."""
+        return GENERATED_TOKENS.total()
 
     def close(self) -> None:
         self.worker.close()
@@ -352,6 +390,22 @@ class RayPool:
         self.workers = [self._spawn(i) for i in range(cfg.rollout.num_workers)]
         ray.get([w.pid.remote() for w in self.workers])  # fail fast on construction errors
         self.total_restarts = 0
+        self._engine_tokens = 0  # the engines' last answer to `generated_tokens`
+        self._chunk_tokens = 0  # in-worker backends: completion tokens of the chunks returned so far
+
+    def generated_tokens(self) -> int:
+        """Tokens generated so far: polled from the LLM engine actors, which count them as completions come back
+        (their spare concurrency answers while a `generate` runs); with in-worker backends (no engine) the busy
+        workers cannot be asked, so their tokens count when a chunk returns."""
+        if not self.engines:
+            return self._chunk_tokens
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            self._engine_tokens = sum(self.ray.get([e.generated_tokens.remote() for e in self.engines], timeout=5))
+        except GetTimeoutError:
+            pass  # an engine too busy to answer now: show the last count
+        return self._engine_tokens
 
     def _spawn(self, index: int):
         """Worker `index` talks to engine `index % num_engines` (no engine: it builds its own backend)."""
@@ -399,6 +453,7 @@ class RayPool:
                 redone += len(chunk.env_seeds)  # same seeds on the new worker: the same episodes
                 pending[self.workers[i].rollout.remote(ref, [chunk])] = (i, generation[i], chunk)
                 continue
+            self._chunk_tokens += sum(e.completion_tokens for e in results[chunk.index].episodes)
             if on_result:
                 on_result(results[chunk.index])
             done += len(chunk.env_seeds)

@@ -11,58 +11,40 @@ import dataclasses
 import logging
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from tqdm import tqdm
 
 from dear import tasks
+from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
+from dear.debate.cli_args import add_backend_args, add_debate_args, add_output_args, add_question_args
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
-from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import PROTOCOLS, make_protocol
 from dear.debate.trace import write_jsonl
-from dear.deprecation import add_renamed_flags
 from dear.integrity import check_output_file
 from dear.llm.base import Backend, BackendError
 from dear.llm.cache import CachedBackend
-from dear.llm.local import SPECULATIVE_TYPES
 from dear.llm.model_files import default_cache_dir
 from dear.llm.registry import make_backend
 
+PROG = "python -m dear.debate"
+# A user error, a backend that cannot be built or reached, an unreadable file: one line, exit code 2.
+ERRORS = (*USER_ERRORS, BackendError, OSError)
+
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m dear.debate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="gsm8k", help="benchmark name (see dear.tasks.task_names())")
-    p.add_argument("--split", default=None, help="dataset split (task default when omitted)")
-    p.add_argument("--n", type=int, default=5, help="number of questions")
-    p.add_argument("--data-seed", type=int, default=0, help="seed for picking the questions")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_question_args(p, n=5, data_seed=0)
     p.add_argument("--protocol", default="mad", help=f"one of {', '.join(PROTOCOLS)} (random:<p> for a probability)")
-    p.add_argument("--llm", default="local",
-                   help="backend spec (local | local:/path.gguf | smoke | openai:URL[#model] | vllm:MODEL | sim); "
-                        "a comma-separated list gives one spec per agent (heterogeneous debate)")
-    p.add_argument("--n-agents", type=int, default=3)
-    p.add_argument("--n-rounds", type=int, default=2, help="exchange rounds after round 0")
-    add_renamed_flags(p, {"--agents": "--n-agents", "--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--layout", default=DebateConfig.layout, choices=LAYOUTS,
-                   help="exchange-round prompt layout: multiturn (Du et al., KV-cache reuse) or single")
-    p.add_argument("--parallel", type=int, default=None,
-                   help="llama.cpp decoding slots for local/smoke (default: questions x agents, at most 16)")
-    p.add_argument("--n-ctx", type=int, default=None, help="llama.cpp context per slot (local/smoke)")
-    p.add_argument("--speculative", choices=SPECULATIVE_TYPES,
-                   help="llama.cpp draftless speculative decoding (local/smoke): the same answers, faster when "
-                        "replies repeat their context")
-    cache = p.add_mutually_exclusive_group()
+    backend = add_backend_args(p, llm_note="a comma-separated list gives one spec per agent (heterogeneous debate)",
+                               parallel_note="default: questions x agents, at most 16", speculative=True)
+    cache = backend.add_mutually_exclusive_group()
     cache.add_argument("--cache", type=Path, default=None,
                        help="response cache file (default: $DEAR_CACHE_DIR or ~/.cache/dear, responses.sqlite)")
     cache.add_argument("--no-cache", action="store_true", help="always call the model")
-    p.add_argument("--out", type=Path, default=None, help="write per-debate JSONL traces here")
-    p.add_argument("-v", "--verbose", action="store_true")
+    add_debate_args(p, sampling=True, layout=DebateConfig.layout)
+    add_output_args(p, out_help="write per-debate JSONL traces here", path=True, verbose=True)
     return p.parse_args(argv)
 
 
@@ -110,13 +92,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    try:
-        questions, config, protocol, backends, load_s = _setup(args)
-    except (ValueError, BackendError, OSError) as e:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"python -m dear.debate: error: {e}", file=sys.stderr)
-        return 2
+    questions, config, protocol, backends, load_s = _setup(args)
     engine = DebateEngine(backends, config)
 
     print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.n_agents}, "
@@ -160,4 +136,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_cli(main, "python -m dear.debate")
+    run_cli(main, PROG, errors=ERRORS)

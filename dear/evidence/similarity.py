@@ -6,13 +6,14 @@ The paper's formula (the default):
 
 for B debates x V agents at once; h are reasoning embeddings, c conclusion embeddings.
 
-Answer-aware evidence (issue 14, an option, off by default; `answer_aware_evidence`):
+Answer-aware evidence (an option, off by default; `answer_aware_evidence`):
 
     e_ij^aa = (1 − w)·e_ij + w·𝟙[a_i = a_j ≠ ∅]  in [0, 1],   w ∈ [0, 1]
 
 where a_i is agent i's parsed, normalised answer (∅ = no parsable answer, which agrees with nobody). On real
-texts the embedding barely separates agreeing from differing pairs (d′ ≈ 1 with MiniLM); the parsed answers
-do, at no extra cost. w = 0 is the paper's e_ij; e_ii = 1 is kept.
+texts the embedding barely separates agreeing from differing pairs (d′ ≈ 1 with MiniLM in
+results/evidence-pilot-gsm8k/evidence_report.md, which names its command); the parsed answers do, at no extra
+cost. w = 0 is the paper's e_ij; e_ii = 1 is kept.
 """
 
 from __future__ import annotations

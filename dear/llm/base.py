@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -50,6 +51,37 @@ class Completion:
         return max(0, self.prompt_tokens - self.reused_prompt_tokens)
 
 
+class TokenMeter:
+    """A thread-safe running count of generated (completion) tokens.
+
+    Backends add to the process-wide `GENERATED_TOKENS` as tokens come back (llama.cpp per streamed token, HTTP
+    per completion, batch backends per batch), so a progress display can show tokens and tokens/s while
+    requests are still in flight instead of only when a batch ends. Served-from-cache completions add nothing.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._total = 0
+
+    def add(self, tokens: int) -> None:
+        if tokens:
+            with self._lock:
+                self._total += int(tokens)
+
+    def total(self) -> int:
+        with self._lock:
+            return self._total
+
+
+GENERATED_TOKENS = TokenMeter()  # every backend in this process counts here
+
+
+def count_generated(completions: Sequence[Completion]) -> list[Completion]:
+    """Add the completion tokens of `completions` to `GENERATED_TOKENS`; returns them unchanged."""
+    GENERATED_TOKENS.add(sum(c.completion_tokens for c in completions if not c.cached))
+    return list(completions)
+
+
 class BackendError(RuntimeError):
     """A backend could not be built or used (missing model, no CUDA, bad URL...)."""
 
@@ -60,6 +92,7 @@ class Backend(abc.ABC):
     Implementations decode the whole batch together where they can (parallel slots, continuous
     batching, concurrent HTTP). A request that fails after the backend's own retries comes back as a
     Completion with `error` set; it never raises for one bad request, so other debates can finish.
+    A backend that generates adds its completion tokens to `GENERATED_TOKENS` as they come back.
     """
 
     model_id: str = "unknown"

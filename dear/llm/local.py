@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import GENERATED_TOKENS, Backend, BackendError, ChatRequest, Completion
 
 log = logging.getLogger(__name__)
 
@@ -27,23 +28,59 @@ log = logging.getLogger(__name__)
 DEFAULT_EXTRA_SAMPLING: dict[str, Any] = {"top_k": 0, "min_p": 0.0}
 
 
-def default_threads() -> int:
-    """DEAR_LLAMA_THREADS if set, else every core this process may use.
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The llama.cpp thread count and what it was chosen from."""
 
-    Several llama.cpp processes that each spin on all cores slow each other down ~10x on a shared machine
-    (measured: 2 threads 1.3 tok/s vs 1 thread 13.7 tok/s at load 15 on 2 cores): give each of N concurrent
-    workers cores // N threads.
-    """
-    env = os.environ.get("DEAR_LLAMA_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"DEAR_LLAMA_THREADS must be an integer, got {env!r}") from None
+    threads: int
+    cores: int  # cores this process may run on
+    load: float | None  # the machine's 1-minute load average (None: the OS does not say)
+    override: str | None = None  # what set the count instead of the free-cores rule, e.g. "DEAR_LLAMA_THREADS=1"
+
+    def describe(self) -> str:
+        """One line for the start of a run."""
+        load = "unknown" if self.load is None else f"{self.load:.1f}"
+        noun = "thread" if self.threads == 1 else "threads"
+        if self.override:
+            return f"llama.cpp: {self.threads} {noun} ({self.override}; {self.cores} cores, load {load})"
+        return f"llama.cpp: {self.threads} {noun} ({self.cores} cores, load {load}; set DEAR_LLAMA_THREADS to override)"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS has one)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, None where the OS has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def choose_threads(n_threads: int | None = None) -> ThreadChoice:
+    """`n_threads` if given, else DEAR_LLAMA_THREADS if set, else the cores left free: max(1, cores - round(load)).
+
+    llama.cpp threads spin at barriers, so threads that share a core with other busy processes slow each other
+    down ~10x (measured: 2 threads 1.3 tok/s vs 1 thread 13.7 tok/s at load 15 on 2 cores); counting only the
+    cores the load leaves free avoids that.
+    """
+    cores, load = usable_cores(), load_average()
+    if n_threads:
+        return ThreadChoice(max(1, int(n_threads)), cores, load, override=f"n_threads={n_threads}")
+    env = os.environ.get("DEAR_LLAMA_THREADS")
+    if env:
+        try:
+            threads = max(1, int(env))
+        except ValueError:
+            raise ValueError(f"DEAR_LLAMA_THREADS must be an integer, got {env!r}") from None
+        return ThreadChoice(threads, cores, load, override=f"DEAR_LLAMA_THREADS={env}")
+    free = cores if load is None else cores - round(load)
+    return ThreadChoice(max(1, free), cores, load)
 
 
 def request_payload(request: ChatRequest, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -127,6 +164,7 @@ class _StreamedChat:
         self._timings: dict[str, Any] | None = None
         self._error: Any = None
         self.cancelled = False
+        self.streamed_tokens = 0  # counted into GENERATED_TOKENS as they arrive; the usage corrects the total
 
     def on_chunk(self, chunk: Any) -> bool:
         if not isinstance(chunk, dict):
@@ -139,6 +177,8 @@ class _StreamedChat:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 self._parts.append(delta["content"])
+                self.streamed_tokens += 1  # llama.cpp streams one token per chunk
+                GENERATED_TOKENS.add(1)
             if choice.get("finish_reason"):
                 self._finish_reason = choice["finish_reason"]
         self._usage = chunk.get("usage") or self._usage
@@ -281,7 +321,7 @@ class LocalLlamaBackend(Backend):
         model_path: any GGUF file.
         n_parallel: decoding slots; set it to the number of requests per round (debates x agents) or less.
         n_ctx: context per slot (the KV cache holds n_parallel * n_ctx tokens).
-        n_threads: CPU threads for decoding (default: `default_threads()`).
+        n_threads: CPU threads for decoding (default: `choose_threads()`: DEAR_LLAMA_THREADS, else the free cores).
         n_batch: prompt-processing batch size.
         cache_prompt: let a slot reuse the KV cache of a shared prompt prefix; requests that carry a `session`
             then keep one slot across turns (`SlotAffinity`).
@@ -331,7 +371,9 @@ class LocalLlamaBackend(Backend):
                 "xllamacpp is not installed; install the `local` extra: pip install -e .[local]"
             ) from exc
 
-        threads = n_threads or default_threads()
+        choice = choose_threads(n_threads)
+        print(choice.describe(), file=sys.stderr, flush=True)  # the one setting that can make a run ~10x slower
+        threads = choice.threads
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_parallel = n_parallel
@@ -446,7 +488,10 @@ class LocalLlamaBackend(Backend):
         data = stream.response()
         if isinstance(data, dict):
             self.server_timings.add(data.get("timings") or {})
-        return parse_chat_response(data, latency)
+        completion = parse_chat_response(data, latency)
+        if completion.ok:  # the exact count replaces the streamed estimate
+            GENERATED_TOKENS.add(completion.completion_tokens - stream.streamed_tokens)
+        return completion
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         if self._server is None:

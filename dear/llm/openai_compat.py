@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import GENERATED_TOKENS, Backend, BackendError, ChatRequest, Completion
 from dear.llm.local import parse_chat_response, request_payload
 
 log = logging.getLogger(__name__)
@@ -307,6 +307,7 @@ class OpenAICompatBackend(Backend):
                             log.warning("%s returned no usage; token counts estimated", self.base_url)
                             completion.prompt_tokens = sum(self.estimate(m.content) for m in request.messages)
                             completion.completion_tokens = self.estimate(completion.text)
+                        GENERATED_TOKENS.add(completion.completion_tokens)
                         return completion
                 else:
                     last_error = f"HTTP {response.status_code}: {response.text[:300]}"

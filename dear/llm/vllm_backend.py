@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion, count_generated
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class VLLMBackend(Backend):
                     reused_prompt_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),
                 )
             )
-        return completions
+        return count_generated(completions)
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False))

@@ -20,6 +20,7 @@ from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_export
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
 from dear.serve.app import DEFAULT_MAX_BODY_SIZE, ServeSettings, create_app
+from dear.serve.methods import served_names
 from dear.serve.scheduler import DebateScheduler
 
 
@@ -83,7 +84,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max-body-size", type=_byte_size, default=DEFAULT_MAX_BODY_SIZE, metavar="BYTES",
                    help="largest request body accepted, in bytes or with a suffix such as 64KiB or 4MiB; "
                         "larger ones get 413 (default 4MiB)")
-    p.add_argument("--model-name", default="dear", help="the model name clients send (default dear)")
+    p.add_argument("--model-name", default="dear",
+                   help="the model name clients send for DEAR (default dear; the baselines mad, mad-stop, sc, "
+                        "cot and majority keep theirs)")
     p.add_argument("--kind", default="numeric", choices=tasks.KINDS,
                    help="answer kind when a request names none (default numeric)")
     p.add_argument("--n-rounds", type=int, help="exchange rounds (default: the policy's training setting)")
@@ -106,6 +109,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="while the backend cannot be built, retry at most this often (requests get 503)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     a = p.parse_args(argv)
+    try:
+        served_names(a.model_name)
+    except ValueError as e:
+        p.error(f"--model-name: {e}")
     if a.max_active < 1 or a.max_queue < 1:
         p.error("--max-active and --max-queue must be >= 1")
     if a.api_key is not None:

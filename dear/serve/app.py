@@ -1,7 +1,12 @@
 """The Starlette app: POST /v1/chat/completions, GET /v1/models, GET /health (run by uvicorn, see __main__).
 
+The request's `model` picks the method (`dear.serve.methods`); a debate that a budget (`max_tokens`,
+`dear_max_rounds`) stopped before its planned rounds ends with `finish_reason: "length"` and says which budget
+in `dear.stopped`.
+
 Status codes: 400 bad request (malformed JSON, wrong types, no user message, unsupported parameter, a seed
-out of range, a question too long for the backend's context: code `context_length_exceeded`), 401 missing or
+out of range, a token budget below round 0's worst case, a question too long for the backend's context: code
+`context_length_exceeded`), 401 missing or
 wrong API key (when the server has one; `/health` needs none), 404 unknown model, 413 request body over
 `max_body_size`, 429 queue full, 503 backend unavailable or failing (with the backend's error as the reason),
 500 a bug. Errors use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`, so the official
@@ -42,7 +47,9 @@ from dear.serve.schemas import (
     round_json,
     usage_json,
 )
+from dear.serve.methods import DEAR, served_names
 from dear.serve.scheduler import (
+    BudgetTooSmall,
     ContextTooLong,
     DebateDone,
     DebateFailed,
@@ -65,13 +72,14 @@ OPEN_PATHS = ("/health",)  # answered without the API key
 
 @dataclass(frozen=True)
 class ServeSettings:
-    model_name: str = "dear"  # what clients pass as `model`
+    model_name: str = DEAR  # the `model` clients pass for DEAR (the baselines keep their names)
     default_kind: str = "numeric"  # answer kind when the request names none
     # When set, every path but OPEN_PATHS needs `Authorization: Bearer <api_key>` (never shown in the repr).
     api_key: str | None = field(default=None, repr=False)
     max_body_size: int = DEFAULT_MAX_BODY_SIZE  # larger request bodies get 413
 
     def __post_init__(self):
+        served_names(self.model_name)  # a name the baselines use is refused here
         if self.max_body_size < 1:
             raise ValueError(f"max_body_size must be >= 1 byte, got {self.max_body_size}")
         if self.api_key is not None and (not self.api_key or self.api_key != self.api_key.strip()):
@@ -168,6 +176,11 @@ def _unauthorized(conn: HTTPConnection, e: AuthenticationError) -> Response:
                   headers={"WWW-Authenticate": "Bearer"})
 
 
+def _finish_reason(done: DebateDone) -> str:
+    """"length" for a debate a budget cut short (OpenAI's word for a reply cut at max_tokens), else "stop"."""
+    return "stop" if done.stopped is None else "length"
+
+
 class _Listener:
     """Carries scheduler events (from its thread) into an asyncio queue of the request's event loop."""
 
@@ -181,6 +194,7 @@ class _Listener:
 
 def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettings()) -> Starlette:
     """The ASGI app around a scheduler (started on startup, closed on shutdown)."""
+    served = served_names(settings.model_name)  # model name -> method
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -191,7 +205,8 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             await asyncio.to_thread(scheduler.close)
 
     async def health(request: Request) -> Response:
-        body: dict[str, Any] = {"status": "ok", "model": settings.model_name, **scheduler.load(),
+        body: dict[str, Any] = {"status": "ok", "model": settings.model_name, "models": list(served),
+                                **scheduler.load(),
                                 "scheduler": scheduler.stats.to_dict()}
         debater = scheduler.debater
         if debater is not None:
@@ -206,7 +221,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
         return JSONResponse(body)
 
     async def models(request: Request) -> Response:
-        names = [settings.model_name] + [f"{settings.model_name}:{k}" for k in KINDS]
+        names = [n for name in served for n in (name, *(f"{name}:{k}" for k in KINDS))]
         return JSONResponse({"object": "list", "data": [
             {"id": n, "object": "model", "created": 0, "owned_by": "dear"} for n in names]})
 
@@ -220,7 +235,8 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
         except RecursionError:
             return _error(400, "malformed JSON in the request body: nested too deeply", "invalid_request_error")
         try:
-            params = parse_request(body, settings.model_name, settings.default_kind)
+            params = parse_request(body, served, settings.default_kind)
+            scheduler.check_budget(params.method, params.max_tokens)
             if scheduler.synthetic and parse_header(params.question) is None:
                 raise RequestError("this server runs the synthetic debater backend ('sim'), which only answers "
                                    "questions of the 'synthetic' task (with their '[synthetic ...]' header)",
@@ -229,14 +245,17 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             question = make_question(params.question, params.kind, params.choices, qid=request_id)  # type: ignore[arg-type]
         except RequestError as e:
             return _request_error(e)
+        except BudgetTooSmall as e:
+            return _error(400, str(e), "invalid_request_error", params.budget_param, "budget_too_small")
         except ValueError as e:
             return _error(400, str(e), "invalid_request_error")
         try:  # before any agent runs (the tokenizer may be an HTTP call: off the event loop)
-            await asyncio.to_thread(scheduler.check_context, question)
+            await asyncio.to_thread(scheduler.check_context, question, params.method, params.max_rounds)
         except ContextTooLong as e:
             return _context_exceeded(str(e))
         listener = _Listener()
-        job = DebateJob(question=question, seed=params.seed, notify=listener)
+        job = DebateJob(question=question, seed=params.seed, notify=listener, method=params.method,
+                        max_tokens=params.max_tokens, max_rounds=params.max_rounds)
         try:
             scheduler.submit(job)
         except QueueFull as e:
@@ -269,17 +288,22 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             return _debate_failed(r.error)
         dear_body = _dear_summary(r, params, done) | {"rounds": rounds}
         return JSONResponse(completion_json(request_id, params.model, r.answer or "", dear_body,
-                                            usage_json(r.prompt_tokens, r.completion_tokens), FINGERPRINT))
+                                            usage_json(r.prompt_tokens, r.completion_tokens), FINGERPRINT,
+                                            _finish_reason(done)))
 
     def _dear_summary(r: InferenceResult, params: DebateParams, done: DebateDone) -> dict[str, Any]:
         debater = scheduler.debater
         return {
             "answer": r.answer, "tie": r.tie, "votes": dict(r.trace.vote_counts), "kind": params.kind,
-            "debate_id": r.trace.debate_id, "seed": r.trace.seed,
+            "method": params.method, "debate_id": r.trace.debate_id, "seed": r.trace.seed,
             "n_agents": r.trace.n_agents, "n_rounds": len(r.answers_per_round) - 1,
+            "stopped": done.stopped,
+            "budget": {"max_tokens": params.max_tokens, "max_rounds": params.max_rounds},
             "backend": debater.backend.model_id if debater else None,
             "synthetic": bool(debater and debater.backend.synthetic),
-            "policy_trained_on_synthetic": bool(debater and debater.exported.synthetic),
+            # Only DEAR runs the policy; the baselines have none.
+            "policy_trained_on_synthetic": (bool(debater and debater.exported.synthetic)
+                                            if params.method == DEAR else None),
             "ignored_parameters": list(params.ignored),
             "queued_s": round(done.queued_s, 4), "debate_s": round(done.debate_s, 4),
         }
@@ -324,7 +348,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                                                  "type": "backend_unavailable", "code": 503}})
                         break
                     yield chunk({"content": r.answer or ""})
-                    yield chunk({}, "stop", dear_part=_dear_summary(r, params, event))
+                    yield chunk({}, _finish_reason(event), dear_part=_dear_summary(r, params, event))
                     if params.include_usage:
                         yield chunk(None, usage=usage_json(r.prompt_tokens, r.completion_tokens))
                     break

@@ -6,6 +6,16 @@ together with the next exchange round of every debate already running: requests 
 one batched backend call per round (llama.cpp slots, vLLM continuous batching, concurrent HTTP). When the
 scheduler is idle, the first request waits `batch_window_s` for others to arrive with it.
 
+Each request names its method (`dear.serve.methods`: DEAR or a baseline); every method has its own engine
+and protocol, and one step advances the debates of all of them together (`SharedBatch`: one backend call).
+
+Budgets: a job may cap its debate's exchange rounds (`max_rounds`) and its completion tokens over all agents
+and rounds (`max_tokens`). Before each exchange round, a debate stops and votes over what it has when the
+round would exceed a cap: round `max_rounds` + 1, or the tokens spent so far plus the round's worst case
+(every agent's call at the per-turn `max_tokens`) over `max_tokens`. So a debate never spends more than
+its token budget, provided round 0's worst case fits it (`check_budget`). A debate its protocol ends anyway
+(MAD-stop's unanimity) is not counted as stopped.
+
 Each job hears about its debate through `notify(event)`, called from the scheduler thread: a `RoundDone`
 per finished round, then `DebateDone` (also for a debate that failed because the backend returned errors)
 or `DebateFailed` (the debate could not run at all: backend unavailable, internal error, shutdown).
@@ -23,16 +33,27 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from dear.debate import prompts
-from dear.debate.engine import MIN_MAX_TOKENS, MSG_OVERHEAD_TOKENS, Debate, DebateConfig, default_debate_seed
+from dear.debate.engine import (
+    MIN_MAX_TOKENS,
+    MSG_OVERHEAD_TOKENS,
+    Debate,
+    DebateConfig,
+    DebateEngine,
+    RoundControl,
+    default_debate_seed,
+)
 from dear.debate.trace import AgentTurn
 from dear.infer import InferenceResult, RegulatedDebater, inference_result
 from dear.llm.base import Backend, BackendError, ChatMessage
-from dear.regulator import RegulatedProtocol, RegulatorRecord
+from dear.regulator import RegulatorRecord
+from dear.serve.batching import SharedBatch
+from dear.serve.methods import DEAR, ServedMethod, build_methods
 from dear.tasks.types import Question
 
 log = logging.getLogger(__name__)
@@ -44,6 +65,10 @@ class QueueFull(RuntimeError):
 
 class Unavailable(RuntimeError):
     """The backend cannot be used right now (HTTP 503); the message says why."""
+
+
+class BudgetTooSmall(ValueError):
+    """A token budget below what round 0 may take (HTTP 400 naming the budget field)."""
 
 
 class ContextTooLong(ValueError):
@@ -73,11 +98,15 @@ class RoundDone:
     control: RegulatorRecord | None  # the regulator's decision that drove this round (None for round 0)
 
 
+Stopped = Literal["token_budget", "round_budget"]
+
+
 @dataclass
 class DebateDone:
     result: InferenceResult  # result.failed: the backend returned errors (the server answers 503)
     queued_s: float  # from submission to the debate's round 0
     debate_s: float  # from round 0 to the vote
+    stopped: Stopped | None = None  # the budget that ended the debate before its planned rounds
 
 
 @dataclass
@@ -91,11 +120,15 @@ Event = RoundDone | DebateDone | DebateFailed
 
 @dataclass(eq=False)
 class DebateJob:
-    """One request's debate: its question, its seed (None: derived from the question) and its listener."""
+    """One request's debate: its question, its seed (None: derived from the question), its listener, the
+    method that runs it and its budgets (None: no cap)."""
 
     question: Question
     seed: int | None
     notify: Callable[[Event], None]
+    method: str = DEAR
+    max_tokens: int | None = None  # completion tokens over all agents and rounds
+    max_rounds: int | None = None  # exchange rounds after round 0
     cancelled: bool = False  # set by the server when the client went away: the debate is dropped
     submitted: float = field(default_factory=time.perf_counter)
     started: float | None = None
@@ -105,13 +138,28 @@ class DebateJob:
 class _Running:
     debate: Debate
     job: DebateJob
+    method: ServedMethod
+    reported_round: int = -1  # the last round told to the job
+    stopped: Stopped | None = None
+
+
+@dataclass
+class _EngineStep:
+    """What one engine advances in a step: round 0 of `new` debates, the next round of `active` ones."""
+
+    engine: DebateEngine
+    new: list[Debate] = field(default_factory=list)
+    active: list[Debate] = field(default_factory=list)
+    controls: list[RoundControl] = field(default_factory=list)
 
 
 @dataclass
 class SchedulerStats:
     """What the scheduler did since start (GET /health shows it)."""
 
-    steps: int = 0  # engine steps (one batched backend call per backend each)
+    steps: int = 0  # scheduler steps (each advances every method's engine, in one batched backend call)
+    backend_calls: int = 0  # generate calls to the backend (at most one per step)
+    max_engines_per_step: int = 0  # engines (methods with different debate shapes) advanced in one step
     debate_rounds: int = 0  # summed over steps: debates advanced (mean batch = debate_rounds / steps)
     max_debates_per_step: int = 0
     debates_started: int = 0
@@ -129,7 +177,8 @@ class SchedulerStats:
 
 
 class DebateScheduler:
-    """Runs every request's debate on one RegulatedDebater (built by `build`), batching concurrent ones."""
+    """Runs every request's debate with the methods built on one RegulatedDebater (built by `build`), batching
+    concurrent ones."""
 
     def __init__(self, build: Callable[[], RegulatedDebater], *, max_active: int = 32, max_queue: int = 256,
                  batch_window_s: float = 0.01, retry_s: float = 5.0):
@@ -141,7 +190,8 @@ class DebateScheduler:
         self.debater: RegulatedDebater | None = None
         self.unavailable: str | None = "not connected yet"
         self._last_attempt = -float("inf")
-        self._protocol: RegulatedProtocol | None = None
+        self._batch: SharedBatch | None = None
+        self.methods: Mapping[str, ServedMethod] = {}
         self._queue: deque[DebateJob] = deque()
         self._active: list[_Running] = []
         self._cv = threading.Condition()
@@ -160,7 +210,9 @@ class DebateScheduler:
             self.unavailable = f"backend unavailable: {e}"
             log.warning("%s (retrying at the next request, at most every %.1f s)", self.unavailable, self.retry_s)
             return False
-        self.debater, self._protocol, self.unavailable = debater, debater.protocol(), None
+        self._batch = SharedBatch(debater.backend)
+        self.methods = build_methods(debater, self._batch)
+        self.debater, self.unavailable = debater, None
         return True
 
     def start(self) -> None:
@@ -178,6 +230,8 @@ class DebateScheduler:
             _tell(job, DebateFailed("server is shutting down", 503))
         self._queue.clear()
         self._active.clear()
+        if self._batch is not None:
+            self._batch.close()
         if self.debater is not None:
             self.debater.close()
 
@@ -190,22 +244,38 @@ class DebateScheduler:
         return {"queued": len(self._queue), "active": len(self._active), "max_active": self.max_active,
                 "max_queue": self.max_queue}
 
-    def check_context(self, question: Question) -> None:
-        """Raise ContextTooLong when a debate of `question` cannot fit the backend's context: round 0's prompt
-        plus one turn's `max_tokens` (round 0 is sent as is), or the shortest prompt the last round can have
-        (every agent reading every peer, every earlier answer empty) plus the engine's smallest answer budget
-        (later rounds cut answers and shrink max_tokens to fit, but keep every copy of the question).
+    def check_budget(self, method: str, max_tokens: int | None) -> None:
+        """Raise BudgetTooSmall when `max_tokens` is below round 0's worst case for `method` (every agent's
+        call at the per-turn limit): round 0 always runs, so a smaller budget could not be kept. Not checked
+        while the backend is not built."""
+        m = self.methods.get(method)
+        if m is None or max_tokens is None or max_tokens >= m.round_worst_case:
+            return
+        raise BudgetTooSmall(
+            f"a token budget of {max_tokens} is below what round 0 of {method!r} may take: {m.n_agents} "
+            f"agent call(s) of up to {m.config.max_tokens} completion tokens each (the server's --max-tokens) = "
+            f"{m.round_worst_case}; ask for at least {m.round_worst_case}")
+
+    def check_context(self, question: Question, method: str = DEAR, max_rounds: int | None = None) -> None:
+        """Raise ContextTooLong when a debate of `question` by `method`, of at most `max_rounds` exchange
+        rounds, cannot fit the backend's context: round 0's prompt plus one turn's `max_tokens` (round 0 is
+        sent as is), or the shortest prompt the last exchange round can have (every agent reading every peer,
+        every earlier answer empty) plus the engine's smallest answer budget (later rounds cut answers and
+        shrink max_tokens to fit, but keep every copy of the question).
 
         The backend's tokenizer is asked only for prompts that might not fit (llama.cpp: an HTTP call, so
         call this from a worker thread). No check while the backend is not built, when it does not know its
         context length, or when its tokenizer fails: the backend then decides, as it did before."""
-        debater = self.debater
-        if debater is None or not debater.backend.context_length:
+        debater, served = self.debater, self.methods.get(method)
+        if debater is None or served is None or not debater.backend.context_length:
             return
-        backend, cfg, ctx = debater.backend, debater.config, debater.backend.context_length
+        backend, cfg, ctx = debater.backend, served.config, debater.backend.context_length
+        last = served.n_rounds if served.exchanges else 0  # the last round whose prompt shows peers
+        if max_rounds is not None:
+            last = min(last, max_rounds)
         checks = [(prompts.round0_messages(question, cfg.system_prompt), cfg.max_tokens, 0)]
-        if cfg.n_rounds >= 1:
-            checks.append((_last_round_floor(question, cfg), MIN_MAX_TOKENS, cfg.n_rounds))
+        if last >= 1:
+            checks.append((_last_round_floor(question, cfg, last), MIN_MAX_TOKENS, last))
         # A (byte-level BPE) token covers at least one UTF-8 byte: short prompts fit without tokenizing.
         if all(sum(len(m.content.encode()) + MSG_OVERHEAD_TOKENS for m in messages) + budget <= ctx
                for messages, budget, _ in checks):
@@ -258,8 +328,8 @@ class DebateScheduler:
                 for job in [*admitted, *(r.job for r in self._active)]:
                     _tell(job, DebateFailed(f"internal error: {type(e).__name__}: {e}", 500))
                 self._active.clear()
-                assert self._protocol is not None
-                self._protocol.records.clear()
+                for method in self.methods.values():
+                    _records(method).clear()
 
     def _admit(self) -> list[DebateJob]:
         jobs = []
@@ -270,22 +340,30 @@ class DebateScheduler:
         return jobs
 
     def _step(self, admitted: list[DebateJob]) -> None:
-        assert self.debater is not None and self._protocol is not None
-        engine, protocol = self.debater.engine, self._protocol
-        for r in [r for r in self._active if r.job.cancelled]:
-            self._active.remove(r)
-            protocol.records.pop(r.debate.debate_id, None)
-            self.stats.debates_cancelled += 1
-        new = engine.create([j.question for j in admitted],
-                            [default_debate_seed(j.question) if j.seed is None else j.seed for j in admitted],
-                            protocol=protocol.name)
+        """One engine step for every method: round 0 of the admitted debates and the next round of the running
+        ones, all engines' calls in one backend call."""
+        assert self._batch is not None
+        self._drop_cancelled()
+        new = [self._create(job) for job in admitted]
         now = time.perf_counter()
         for job in admitted:
             job.started = now
-        running = [r.debate for r in self._active]
-        controls = protocol.controls(running) if running else []
-        engine.advance(new, running, controls)
-        self._active += [_Running(d, j) for d, j in zip(new, admitted)]
+        steps: dict[int, _EngineStep] = {}  # by id(engine): methods may share one
+
+        def step_of(method: ServedMethod) -> _EngineStep:
+            return steps.setdefault(id(method.engine), _EngineStep(method.engine))
+
+        for r in new:
+            step_of(r.method).new.append(r.debate)
+        for method, running in self._by_method(self._active).items():
+            step = step_of(method)
+            step.active += [r.debate for r in running]
+            step.controls += self._controls(method, running)
+        calls = self._batch.calls
+        self._batch.run_together([partial(s.engine.advance, s.new, s.active, s.controls) for s in steps.values()])
+        self.stats.backend_calls += self._batch.calls - calls
+        self.stats.max_engines_per_step = max(self.stats.max_engines_per_step, len(steps))
+        self._active += new
         self._record_step(len(self._active))
         still = []
         for r in self._active:
@@ -293,6 +371,41 @@ class DebateScheduler:
             if not r.debate.done:
                 still.append(r)
         self._active = still
+
+    def _drop_cancelled(self) -> None:
+        for r in [r for r in self._active if r.job.cancelled]:
+            self._active.remove(r)
+            _records(r.method).pop(r.debate.debate_id, None)
+            self.stats.debates_cancelled += 1
+
+    def _create(self, job: DebateJob) -> _Running:
+        m = self.methods[job.method]
+        seed = default_debate_seed(job.question) if job.seed is None else job.seed
+        (debate,) = m.engine.create([job.question], [seed], n_rounds=m.n_rounds, protocol=m.protocol.name,
+                                    decision=m.decision)
+        return _Running(debate, job, m)
+
+    @staticmethod
+    def _by_method(runs: list[_Running]) -> dict[ServedMethod, list[_Running]]:
+        groups: dict[ServedMethod, list[_Running]] = {}
+        for r in runs:
+            groups.setdefault(r.method, []).append(r)
+        return groups
+
+    def _controls(self, method: ServedMethod, runs: list[_Running]) -> list[RoundControl]:
+        """The protocol's controls for the next round, turned into a stop where a budget ends the debate (the
+        regulator's decision for a round that will not run is forgotten)."""
+        controls = method.protocol.controls([r.debate for r in runs])
+        for r, control in zip(runs, controls):
+            if control.stop:
+                continue
+            r.stopped = _budget_stop(r)
+            if r.stopped is not None:
+                control.stop = True
+                decisions = _records(method).get(r.debate.debate_id)
+                if decisions and decisions[-1].round == r.debate.round + 1:
+                    decisions.pop()
+        return controls
 
     def _record_step(self, n_debates: int) -> None:
         s = self.stats
@@ -307,25 +420,42 @@ class DebateScheduler:
             s.last_backend_error = errors[0] if len(errors) == len(turns) else None
 
     def _report(self, r: _Running) -> None:
+        """Tell the job about a round that ran this step (a debate that stopped ran none), and its end."""
         d, job = r.debate, r.job
-        assert self._protocol is not None
-        records = self._protocol.records.get(d.debate_id, [])
-        if d.round == 0:
+        records = _records(r.method).get(d.debate_id, [])
+        if r.reported_round < 0:
             self.stats.debates_started += 1
-        if not d.failed:
+        if not d.failed and d.round > r.reported_round:
             control = records[-1] if d.round >= 1 and records else None
             _tell(job, RoundDone(d.round, d.last_turns, control))
+            r.reported_round = d.round
         if d.done:
-            self._protocol.records.pop(d.debate_id, None)
+            _records(r.method).pop(d.debate_id, None)
             self.stats.debates_finished += not d.failed
             self.stats.debates_failed += d.failed
             started = job.started or job.submitted
             _tell(job, DebateDone(inference_result(d, records), queued_s=started - job.submitted,
-                                  debate_s=time.perf_counter() - started))
+                                  debate_s=time.perf_counter() - started, stopped=r.stopped))
 
 
-def _last_round_floor(question: Question, cfg: DebateConfig) -> list[ChatMessage]:
-    """The shortest prompt the debate's last round can have: every agent reads all its peers in every round
+def _records(method: ServedMethod) -> dict[str, list[RegulatorRecord]]:
+    """The regulator's decisions per debate id (a baseline's protocol keeps none: a throwaway dict)."""
+    return getattr(method.protocol, "records", {})
+
+
+def _budget_stop(r: _Running) -> Stopped | None:
+    """The budget the debate's next round would exceed: its round cap, or its tokens spent plus the round's
+    worst case over its token budget."""
+    job, d = r.job, r.debate
+    if job.max_rounds is not None and d.round >= job.max_rounds:
+        return "round_budget"
+    if job.max_tokens is not None and d.trace.completion_tokens + r.method.round_worst_case > job.max_tokens:
+        return "token_budget"
+    return None
+
+
+def _last_round_floor(question: Question, cfg: DebateConfig, n_rounds: int) -> list[ChatMessage]:
+    """The shortest prompt exchange round `n_rounds` can have: every agent reads all its peers in every round
     (the most copies of the question: the multi-turn layout repeats it with the peers' answers) and every
     earlier answer is empty (less than the engine ever cuts an answer to)."""
     def blank(agent: int) -> prompts.ShownAnswer:
@@ -334,7 +464,7 @@ def _last_round_floor(question: Question, cfg: DebateConfig) -> list[ChatMessage
     peers = tuple(blank(j) for j in range(1, cfg.n_agents))
     if cfg.layout == "single":
         return prompts.exchange_messages(question, blank(0), peers, system_prompt=cfg.system_prompt)
-    exchanges = [prompts.Exchange(own_text="", own=blank(0), peers=peers)] * cfg.n_rounds
+    exchanges = [prompts.Exchange(own_text="", own=blank(0), peers=peers)] * n_rounds
     return prompts.multiturn_messages(question, exchanges, system_prompt=cfg.system_prompt)
 
 

@@ -3,13 +3,15 @@ into used / ignored / rejected, and the response and stream-chunk bodies built f
 
 Which request fields do what (also in `docs/SERVING.md`):
 
-- used: `model` (the served name, optionally `NAME:KIND` to pick the answer kind), `messages` (the last
-  `user` message is the question), `stream`, `stream_options.include_usage`, `seed` (the debate's seed, from
-  which every agent's sampling seed derives; 0 ... 2**63-1), `n` (only 1), and the extensions `dear_kind`,
-  `dear_choices` (option texts for kind `choice`), `dear_texts` (include every agent's full text);
+- used: `model` (the method: a served name from `dear.serve.methods`, optionally `NAME:KIND` to pick the
+  answer kind), `messages` (the last `user` message is the question), `stream`,
+  `stream_options.include_usage`, `seed` (the debate's seed, from which every agent's sampling seed derives;
+  0 ... 2**63-1), `n` (only 1), `max_tokens` or `max_completion_tokens` (the debate's completion tokens over
+  all agents and rounds), and the extensions `dear_kind`, `dear_choices` (option texts for kind `choice`),
+  `dear_texts` (include every agent's full text), `dear_max_rounds` (at most this many exchange rounds);
 - ignored, and listed back in `dear.ignored_parameters`: every other field, among them `temperature`,
-  `top_p`, `max_tokens` and `stop` (the policy chooses each agent's sampling from round 1 on; round 0 and the
-  token budget are server settings), `user`, `metadata`;
+  `top_p` and `stop` (the policy chooses each agent's sampling from round 1 on; round 0's sampling and the
+  per-turn token limit are server settings), `user`, `metadata`;
 - rejected with 400: `n` > 1, `tools` / `functions` / a `tool_choice` other than "none", a `response_format`
   other than text, `logprobs: true`, and non-text content parts in the question.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,11 +73,12 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     n: int | None = None
+    # The debate's completion-token budget (max_completion_tokens is OpenAI's newer name).
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     # Accepted and ignored, but still type-checked so a client bug shows up as a 400.
     temperature: float | None = None
     top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
     stop: str | list[str] | None = None
     user: str | None = None
     # Rejected when set to something the server cannot honour.
@@ -88,9 +92,10 @@ class ChatCompletionRequest(_Strict):
     dear_kind: str | None = None
     dear_choices: list[str] | None = None
     dear_texts: bool = False
+    dear_max_rounds: int | None = Field(default=None, ge=0)
 
 
-_IGNORED_KNOWN = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "user")
+_IGNORED_KNOWN = ("temperature", "top_p", "stop", "user")
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,11 @@ class DebateParams:
     include_usage: bool
     include_texts: bool
     model: str  # echoed back as the response's model
+    method: str  # the debate method the model names (dear.serve.methods)
     ignored: tuple[str, ...]  # request fields accepted but not used
+    max_tokens: int | None = None  # completion-token budget of the whole debate
+    budget_param: str | None = None  # the field that set it (max_tokens or max_completion_tokens)
+    max_rounds: int | None = None  # exchange rounds at most
 
 
 def validation_message(err: ValidationError) -> tuple[str, str | None]:
@@ -147,13 +156,19 @@ def _check_rejected(req: ChatCompletionRequest) -> None:
         raise RequestError("'logprobs': not supported (the answer is a vote over several agents)", "logprobs")
 
 
-def _resolve_kind(req: ChatCompletionRequest, served_model: str, default_kind: str) -> str:
-    """The answer kind from `dear_kind` or a `MODEL:KIND` name; the model must be the served one."""
-    name, _, suffix = req.model.partition(":")
-    if name != served_model:
-        raise RequestError(f"model {req.model!r} does not exist; this server serves {served_model!r} "
-                           f"(or {served_model}:KIND with KIND in {', '.join(KINDS)})", "model",
+def _resolve_method(req: ChatCompletionRequest, served: Mapping[str, str]) -> str:
+    """The method `model` names (`NAME` or `NAME:KIND`); 404 model_not_found listing the served names."""
+    name = req.model.partition(":")[0]
+    if name not in served:
+        raise RequestError(f"model {req.model!r} does not exist; this server serves {', '.join(served)} "
+                           f"(each also as NAME:KIND with KIND in {', '.join(KINDS)})", "model",
                            status=404, code="model_not_found")
+    return served[name]
+
+
+def _resolve_kind(req: ChatCompletionRequest, default_kind: str) -> str:
+    """The answer kind from `dear_kind` or a `MODEL:KIND` name."""
+    suffix = req.model.partition(":")[2]
     for value, param in ((suffix, "model"), (req.dear_kind, "dear_kind")):
         if value and value not in KINDS:
             raise RequestError(f"'{param}': unknown answer kind {value!r}; known: {', '.join(KINDS)}", param)
@@ -163,8 +178,19 @@ def _resolve_kind(req: ChatCompletionRequest, served_model: str, default_kind: s
     return req.dear_kind or suffix or default_kind
 
 
-def parse_request(body: Any, served_model: str, default_kind: str) -> DebateParams:
-    """Validate a decoded JSON body; raises RequestError (400/404) naming the offending parameter."""
+def _token_budget(req: ChatCompletionRequest) -> tuple[int | None, str | None]:
+    """The debate's completion-token budget and the field that set it; both fields must agree."""
+    given = [(v, k) for k, v in (("max_completion_tokens", req.max_completion_tokens),
+                                 ("max_tokens", req.max_tokens)) if v is not None]
+    if len({v for v, _ in given}) > 1:
+        raise RequestError(f"'max_tokens' ({req.max_tokens}) and 'max_completion_tokens' "
+                           f"({req.max_completion_tokens}) disagree; send one of them", "max_completion_tokens")
+    return given[0] if given else (None, None)
+
+
+def parse_request(body: Any, served: Mapping[str, str], default_kind: str) -> DebateParams:
+    """Validate a decoded JSON body; `served` maps model names to methods. Raises RequestError (400/404)
+    naming the offending parameter."""
     if not isinstance(body, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
     try:
@@ -173,7 +199,9 @@ def parse_request(body: Any, served_model: str, default_kind: str) -> DebatePara
         message, param = validation_message(e)
         raise RequestError(message, param) from None
     _check_rejected(req)
-    kind = _resolve_kind(req, served_model, default_kind)
+    method = _resolve_method(req, served)
+    kind = _resolve_kind(req, default_kind)
+    max_tokens, budget_param = _token_budget(req)
     users = [k for k, m in enumerate(req.messages) if m.role == "user"]
     if not users:
         raise RequestError("'messages': no message with role 'user' (the last user message is the question)",
@@ -191,7 +219,8 @@ def parse_request(body: Any, served_model: str, default_kind: str) -> DebatePara
         question=question, kind=kind, choices=tuple(req.dear_choices) if req.dear_choices else None,
         seed=req.seed, stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
-        include_texts=req.dear_texts, model=req.model, ignored=tuple(ignored))
+        include_texts=req.dear_texts, model=req.model, method=method, ignored=tuple(ignored),
+        max_tokens=max_tokens, budget_param=budget_param, max_rounds=req.dear_max_rounds)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -221,11 +250,11 @@ def usage_json(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def completion_json(request_id: str, model: str, content: str, dear: dict[str, Any],
-                    usage: dict[str, int], fingerprint: str) -> dict[str, Any]:
+                    usage: dict[str, int], fingerprint: str, finish_reason: str = "stop") -> dict[str, Any]:
     return {"id": request_id, "object": "chat.completion", "created": int(time.time()), "model": model,
             "system_fingerprint": fingerprint,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop", "logprobs": None}],
+                         "finish_reason": finish_reason, "logprobs": None}],
             "usage": usage, "dear": dear}
 
 

@@ -44,8 +44,8 @@ previous answer was missing always re-solves. Otherwise it keeps its answer. Con
 reading only agreeing peers almost never moves an agent (σ(a0 − a2) ≈ 0.5 %), an isolated correct minority that
 reads nobody keeps its answer with probability ≈ 1 − σ(s0)·(1 − P(correct)), and lower temperature lowers
 every move probability (a3, s1 > 0) — so a regulator that prunes who-reads-whom and cools the sampling can
-beat full-mesh MAD. Defaults reproduce, at T = 0.7 with a full mesh and 3 agents, the embedded model's GSM8K
-numbers quoted in issue 5: round-0 accuracy ≈ 0.4, about a third of questions unanimous at round 0,
+beat full-mesh MAD. Defaults reproduce, at T = 0.7 with a full mesh and 3 agents, these GSM8K statistics of the
+embedded model: round-0 accuracy ≈ 0.4, about a third of questions unanimous at round 0,
 C→I ≈ 3/28 and I→C ≈ 10/44 over one exchange round (checked in tests/test_sim.py).
 
 Text
@@ -60,8 +60,8 @@ word count, with c > 0 (the fit's value) a completion of n tokens is written abo
 text counts in a later prompt what a real completion of its length counts. A completion longer than the request's ``max_tokens`` is cut there with
 ``finish_reason = "length"`` and loses its conclusion and final answer, as a real model's would.
 
-Real texts (option ``text_bank``, issue 14): on real texts the encoder separates agreeing from differing pairs
-far less than on the pseudo-words above (real MiniLM d′ ≈ 1 vs ≈ 14 here). With a text bank (a gzip JSON built
+Real texts (option ``text_bank``): on real texts the encoder separates agreeing from differing pairs far less
+than on the pseudo-words above (the separation d′ that ``python -m simworld.evidence_match`` reports). With a text bank (a gzip JSON built
 from a real debate corpus by ``python -m simworld.evidence_match``: per real question, its distinct parsed answers,
 each with the real completions that gave it), the decision and the token count stay the sim's, but the text is
 a real completion: the synthetic question maps to one bank question (stable hash of its id), the sim's gold

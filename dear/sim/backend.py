@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.base import Backend, ChatRequest, Completion, count_generated
 from dear.sim.bank import TextBank
 from dear.sim.model import difficulty_logit, distractor_weights, excess, p_correct, p_move
 from dear.sim.params import LOG_PREFIX, SIM_MODEL_ID, SimParams
@@ -124,7 +124,7 @@ class SimBackend(Backend):
                 continue
             out.append(Completion(text, self._prompt_tokens(req), n_words, finish, time.perf_counter() - t0))
         log.debug("%s generated %d completions", LOG_PREFIX, len(out))
-        return out
+        return count_generated(out)
 
     def decide(self, req: ChatRequest) -> TurnDecision:
         """The model's decision for one request, without the text."""

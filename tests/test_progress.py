@@ -1,0 +1,268 @@
+"""Progress that moves while debates run: the live display, the token counter the backends advance, the
+training loop's ticks before a chunk ends, the resume line and the llama.cpp thread rule."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+
+import pytest
+
+import dear.progress
+from dear.llm.base import GENERATED_TOKENS, ChatMessage, ChatRequest
+from dear.llm.local import choose_threads
+from dear.progress import LiveProgress
+from train.config import load_config
+from train.happo import main
+from train.runner import Trainer
+
+TINY = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4"]
+
+
+# ------------------------------------------------------------------ the display
+
+
+def test_non_terminal_display_writes_a_line_per_interval_with_tokens_and_leaves_kept_work_out_of_the_rate():
+    tokens = [100]  # a counter that already stood at 100: the display shows only what it generated
+    out = io.StringIO()
+    snaps = []
+    with LiveProgress(8, "HAPPO", tokens=lambda: tokens[0], file=out, listener=snaps.append, refresh_s=0.02,
+                      line_every_s=3600) as p:
+        p.skip(2)
+        tokens[0] += 50
+        deadline = time.monotonic() + 5
+        while not any(s.tokens == 50 for s in snaps) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p.update(2)
+        p.set_info(it="1/4")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # the first tick and the close, nothing in between (interval of an hour)
+    assert lines[0].startswith("HAPPO:") and "2/8" in lines[0] and "tok=50" in lines[0]
+    assert "4/8" in lines[1] and "it=1/4" in lines[1] and "tok/s=" in lines[1]
+    assert "\r" not in out.getvalue()
+    last = p.snapshot()
+    assert last.done == 4 and last.tokens == 50
+    assert p.bar.format_dict["initial"] == 2  # the 2 skipped debates are not in the debates/s rate
+
+
+def test_a_disabled_display_prints_nothing_but_still_ticks_its_listener():
+    out = io.StringIO()
+    snaps = []
+    with LiveProgress(3, "x", tokens=lambda: 7, enabled=False, file=out, listener=snaps.append, refresh_s=0.01):
+        time.sleep(0.1)
+    assert out.getvalue() == "" and snaps and snaps[-1].total == 3
+
+
+def test_a_failing_token_counter_keeps_the_last_count():
+    calls = iter([0, 5])
+
+    def counter():
+        value = next(calls, None)
+        if value is None:
+            raise TimeoutError("engine busy")
+        return value
+
+    p = LiveProgress(1, "x", tokens=counter, enabled=False)
+    assert p.snapshot().tokens == 5
+    assert p.snapshot().tokens == 5  # the counter failed: the display shows its last answer
+    p.close()
+
+
+def test_bad_totals_are_refused():
+    with pytest.raises(ValueError, match="total and initial"):
+        LiveProgress(-1, "x")
+
+
+# ------------------------------------------------------------------ the token counter (real model)
+
+
+@pytest.mark.slow
+def test_llama_cpp_counts_streamed_tokens_while_a_request_runs_and_ends_exact():
+    """On the real smoke model: GENERATED_TOKENS rises while generate() is still running, and once it returns it
+    has grown by exactly the completions' token counts."""
+    pytest.importorskip("xllamacpp")
+    from dear.llm import make_backend
+
+    backend = make_backend("smoke", n_parallel=2, n_ctx=512, n_threads=1)
+    try:
+        req = ChatRequest((ChatMessage("user", "Write a long story about the sea."),), temperature=0.0, seed=1,
+                          max_tokens=120)
+        before = GENERATED_TOKENS.total()
+        seen_in_flight = []
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                seen_in_flight.append(GENERATED_TOKENS.total() - before)
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        out = backend.generate([req, req])
+        done.set()
+        watcher.join()
+    finally:
+        backend.close()
+    assert all(c.ok for c in out)
+    assert GENERATED_TOKENS.total() - before == sum(c.completion_tokens for c in out)
+    assert any(0 < n < sum(c.completion_tokens for c in out) for n in seen_in_flight)
+
+
+# ------------------------------------------------------------------ training
+
+
+class SlowBackend:
+    """The sim backend, 0.1 s slower per call: a chunk of debates takes several ticks of the display."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.model_id, self.synthetic, self.context_length = inner.model_id, inner.synthetic, inner.context_length
+
+    def generate(self, requests):
+        time.sleep(0.1)
+        return self.inner.generate(requests)
+
+    def count_tokens(self, text):
+        return self.inner.count_tokens(text)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_training_progress_ticks_with_tokens_before_the_first_chunk_ends(tmp_path, monkeypatch):
+    import train.workers
+
+    real = train.workers.make_local_backend
+    monkeypatch.setattr(train.workers, "make_local_backend", lambda cfg: SlowBackend(real(cfg)))
+    monkeypatch.setattr(dear.progress, "REFRESH_S", 0.02)
+    snaps = []
+    cfg = load_config("sim-stylised", [*TINY, "run.iterations=1"])
+    trainer = Trainer(cfg, run_dir=tmp_path / "run", on_progress=snaps.append)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    early = [s for s in snaps if s.done == 0 and s.tokens > 0]
+    assert early, snaps  # tokens counted while the one chunk of 4 debates was still running
+    assert early[0].total == 4 and early[0].elapsed_s > 0
+    assert snaps[-1].done == 4
+    assert [s.tokens for s in snaps] == sorted(s.tokens for s in snaps)
+
+
+def test_resume_says_where_it_continues_and_how_many_debates_it_kept(tmp_path, capsys):
+    """Stopped after the first chunk of iteration 1's two: --resume names the run, the iteration and the 4 kept
+    debates in one line."""
+    run = tmp_path / "run"
+    cfg = load_config("sim-stylised", [*TINY, "rollout.episodes_per_iter=8", "run.iterations=2"])
+    trainer = Trainer(cfg, run_dir=run)
+    real_collect = trainer.pool.collect
+
+    def collect(weights, chunks, on_chunk=None, on_result=None):
+        def keep_then_stop(result):
+            on_result(result)
+            if result.spec.iteration == 1:
+                raise KeyboardInterrupt
+
+        return real_collect(weights, chunks, on_chunk, keep_then_stop)
+
+    trainer.pool.collect = collect
+    try:
+        assert trainer.train().interrupted
+    finally:
+        trainer.close()
+    capsys.readouterr()
+    assert main(["--resume", str(run), "logging.progress=false"]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming {run} from iteration 1/2 (4 finished debates kept)" in out
+    assert "start iteration" not in out
+
+
+def test_a_new_run_names_its_directory(tmp_path, capsys):
+    assert main(["--config", "sim-stylised", "--run-dir", str(tmp_path / "new"), *TINY, "run.iterations=1"]) == 0
+    assert f"run dir: {tmp_path / 'new'}" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the llama.cpp thread rule
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Set this process's cores and the 1-minute load average."""
+    monkeypatch.delenv("DEAR_LLAMA_THREADS", raising=False)
+
+    def set_(cores, load):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+        if load is None:
+            def no_load():
+                raise OSError("no load average")
+            monkeypatch.setattr(os, "getloadavg", no_load, raising=False)
+        else:
+            monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load), raising=False)
+
+    return set_
+
+
+@pytest.mark.parametrize("cores, load, threads", [
+    (2, 0.3, 2),  # an idle 2-core machine: both cores
+    (2, 1.2, 1),  # one core busy elsewhere
+    (2, 15.0, 1),  # overloaded: never fewer than one
+    (8, 2.6, 5),
+    (4, None, 4),  # no load average on this OS: every usable core
+])
+def test_threads_are_the_cores_the_load_leaves_free(machine, cores, load, threads):
+    machine(cores, load)
+    choice = choose_threads()
+    assert (choice.threads, choice.cores, choice.load) == (threads, cores, load)
+    noun = "thread" if threads == 1 else "threads"
+    assert choice.describe().startswith(f"llama.cpp: {threads} {noun} ({cores} cores, load ")
+    assert choice.describe().endswith("; set DEAR_LLAMA_THREADS to override)")
+
+
+def test_dear_llama_threads_and_an_explicit_count_override_the_rule(machine, monkeypatch):
+    machine(2, 1.6)
+    monkeypatch.setenv("DEAR_LLAMA_THREADS", "3")
+    assert choose_threads().threads == 3
+    assert choose_threads().describe() == "llama.cpp: 3 threads (DEAR_LLAMA_THREADS=3; 2 cores, load 1.6)"
+    assert choose_threads(n_threads=1).threads == 1  # the backend's own argument wins
+    monkeypatch.setenv("DEAR_LLAMA_THREADS", "two")
+    with pytest.raises(ValueError, match="DEAR_LLAMA_THREADS must be an integer"):
+        choose_threads()
+
+
+# ------------------------------------------------------------------ the long CLIs
+
+
+def _last_progress_line(err: str, desc: str) -> str:
+    lines = [x for x in err.splitlines() if x.startswith(desc + ":")]
+    assert lines, err
+    return lines[-1]
+
+
+def test_layout_comparison_and_corpus_show_debates_and_tokens(tmp_path, capsys):
+    from eval import layouts
+    from simworld import corpus
+
+    assert layouts.main(["--task", "synthetic", "--llm", "sim", "--n", "2", "--chunk", "2",
+                         "--out", str(tmp_path / "lay")]) == 0
+    n = 2 * len(layouts.ARMS)
+    line = _last_progress_line(capsys.readouterr().err, "layouts")
+    assert f"{n}/{n}" in line and "tok=" in line and "tok=0," not in line and "tok/s=" in line
+    assert corpus.main(["--llm", "sim", "--task", "synthetic", "--layout", "single", "--out", str(tmp_path / "c"),
+                        "--n-logging", "3", "--n-mad", "0"]) == 0
+    line = _last_progress_line(capsys.readouterr().err, "logging")
+    assert "3/3" in line and "tok=0," not in line
+
+
+@pytest.mark.slow
+def test_inference_on_the_smoke_model_shows_rounds_and_tokens(capsys):
+    pytest.importorskip("xllamacpp")
+    from dear.infer import main as infer
+
+    assert infer(["--llm", "smoke", "--question", "What is 12 + 30?", "--kind", "integer", "--n-rounds", "1",
+                  "--max-tokens", "16"]) == 0
+    err = capsys.readouterr().err
+    line = _last_progress_line(err, "1 debate(s)")
+    assert "2/2" in line and "tok=0," not in line and "tok/s=" in line
+    assert "llama.cpp: " in err and " cores, load " in err  # the thread count, stated once at start
