@@ -434,28 +434,34 @@ def _signed(x: float) -> str:
 
 
 def write_suite_summary(out: Path, results: dict[str, list[dict]], command: str) -> None:
-    lines = ["# Learning suite (SYNTHETIC worlds with known optima)", "", f"Command: `{command}`", "",
-             (f"Per world: the best fixed policy (chosen on the train split by the objective) and DEAR (HAPPO, "
-              f"default settings, mean of the seeds) on the same test debates. DEAR reaches the world when its "
-              f"objective is at least the best fixed policy's − {TOLERANCE}; in the state-dependent world it must "
-              f"beat it (paired 95 % t-interval above 0). Details per world in `<world>/table.md` and "
-              f"`<world>/curves.png`."), "",
-             "| world (synthetic) | where the optimum is | best fixed (objective) | DEAR mean objective (seeds) | "
-             "DEAR − best fixed [95 % CI] | verdict | CPU min |", "|---|---|---|---:|---|---|---:|"]
+    rules = {b.key for b in RULE_BASELINES}
+    extended = any(r["kind"] in rules for rows in results.values() for r in rows)
+    best = "the strongest baseline" if extended else "the best fixed policy"
+    intro = (f"Per world: the best fixed policy (chosen on the train split by the objective)"
+             + (", the rule baselines (SC, adaptive SC, MAD-stop; the extended action set)" if extended else "")
+             + f" and DEAR (HAPPO, default settings, mean of the seeds) on the same test debates. DEAR reaches the "
+             f"world when its objective is at least {best}'s − {TOLERANCE}; in the state-dependent world it must "
+             f"beat it (paired 95 % t-interval above 0). Details per world in `<world>/table.md` and "
+             f"`<world>/curves.png`.")
+    column = "strongest baseline" if extended else "best fixed"
+    where = "where the paper actions' optimum is" if extended else "where the optimum is"
+    lines = ["# Learning suite (SYNTHETIC worlds with known optima)", "", f"Command: `{command}`", "", intro, "",
+             f"| world (synthetic) | {where} | {column} (objective) | DEAR mean objective (seeds) | "
+             f"DEAR − {column} [95 % CI] | verdict | CPU min |", "|---|---|---|---:|---|---|---:|"]
     for name, rows in results.items():
         v = suite_verdict(rows)
         b = v["best"]
+        label = f"{b['name'].removesuffix(' (synthetic)')}: {b['detail']}" if b["kind"] in rules else b["detail"]
         best_obj = float(np.mean(b["objectives"]))
         cpu = sum(r.get("cpu_s", 0.0) for r in rows) / 60
         if v["mean"] is None:
-            lines.append(f"| {name} | {WORLDS[name].optimum} | {b['detail']} ({best_obj:.3f}) | – | – | – | "
-                         f"{cpu:.1f} |")
+            lines.append(f"| {name} | {WORLDS[name].optimum} | {label} ({best_obj:.3f}) | – | – | – | {cpu:.1f} |")
             continue
         verdict = ("beats it" if v["beats"] else "reaches it" if v["reached"] else "misses it")
         if name == "state-dependent" and not v["beats"]:
             verdict += " (must beat it)"
         seeds = " / ".join(f"{x:.3f}" for x in v["per_seed"])
-        lines.append(f"| {name} | {WORLDS[name].optimum} | {b['detail']} ({best_obj:.3f}) | "
+        lines.append(f"| {name} | {WORLDS[name].optimum} | {label} ({best_obj:.3f}) | "
                      f"{float(np.mean(v['mean']['objectives'])):.3f} ({seeds}) | {_signed(v['diff'])} "
                      f"[{_signed(v['low'])}, {_signed(v['high'])}] | {verdict} | {cpu:.1f} |")
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")

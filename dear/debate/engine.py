@@ -105,8 +105,8 @@ class RoundControl:
     guidance[i] (optional) is an extra instruction added to agent i's prompt (see prompts.py).
 
     `kinds[i]` (optional, TURN_KINDS) is agent i's turn: "revise" (reads its masked peers), "keep" (no call) or
-    "fresh" (an independent sample from the question alone; its mask row is ignored). None = every agent revises,
-    except that with DebateConfig.silent an agent reading nobody keeps. `stop` ends the debate before this round:
+    "fresh" (an independent sample from the question alone; its mask row is ignored). None = every agent revises.
+    With DebateConfig.silent a revising agent that reads nobody keeps its answer instead. `stop` ends the debate before this round:
     nothing is generated and the final vote is taken over what the debate has."""
 
     mask: np.ndarray  # (V, V) bool, diagonal False
@@ -543,7 +543,9 @@ class DebateEngine:
         next_sample = d.n_samples
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
-            kind = ctl.kinds[i] if ctl.kinds is not None else ("keep" if cfg.silent and not peers else "revise")
+            kind = ctl.kinds[i] if ctl.kinds is not None else "revise"
+            if kind == "revise" and cfg.silent and not peers:  # silent turns: reading nobody keeps the answer
+                kind = "keep"
             if kind == "keep" and prev[i].error is None:
                 out.append(self._silent(d, i, r, ctl))
                 continue
