@@ -8,7 +8,7 @@ continuous batching) `ms_per_token x completion tokens` and answers with a debat
 and seed, so agents disagree sometimes and debates have something to regulate. `usage` reports the prompt
 as characters / 4 and the completion length. `GET /v1/models` lists the model; `GET /stats` tells how many
 requests came and the most that were in flight at once (`POST /stats/reset` zeroes the counts). Used by
-bench/bench_scaling.py and tests/test_serve.py.
+bench/bench_scaling.py and tests/dear/serve/test_serve.py.
 """
 
 from __future__ import annotations

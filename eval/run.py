@@ -231,7 +231,7 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
             stored = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not valid JSON ({e}); repair it or use another --out") from None
-        # run.json files written before issue 16 name V and R "agents" and "rounds"
+        # run.json files written before V and R got their one name (n_agents, n_rounds) say "agents", "rounds"
         old = rename_keys(stored.get("settings", {}), _RENAMED_SETTINGS, warn=False)
         missing = [k for k in _FIXED_SETTINGS if k not in old]
         if missing and not report_only:

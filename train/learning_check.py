@@ -437,7 +437,7 @@ def write_suite_summary(out: Path, results: dict[str, list[dict]], command: str)
     rules = {b.key for b in RULE_BASELINES}
     extended = any(r["kind"] in rules for rows in results.values() for r in rows)
     best = "the strongest baseline" if extended else "the best fixed policy"
-    intro = (f"Per world: the best fixed policy (chosen on the train split by the objective)"
+    intro = ("Per world: the best fixed policy (chosen on the train split by the objective)"
              + (", the rule baselines (SC, adaptive SC, MAD-stop; the extended action set)" if extended else "")
              + f" and DEAR (HAPPO, default settings, mean of the seeds) on the same test debates. DEAR reaches the "
              f"world when its objective is at least {best}'s − {TOLERANCE}; in the state-dependent world it must "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -152,7 +151,3 @@ class RunLogger:
         self.live.close()
         if self._wandb is not None:
             self._wandb.finish()
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -29,7 +29,7 @@ class VLLMBackend(Backend):
     Prefix caching is on by default: in the multi-turn layout each agent's prompt extends its previous one, and
     all prompts share the system prompt and question, so those KV blocks are computed once; the reused count
     comes back per call (`Completion.reused_prompt_tokens`, from `RequestOutput.num_cached_tokens`). Written against vLLM 0.33 (the `gpu` extra's
-    pin; tests/vllm_stand_in.py mirrors its signatures).
+    pin; tests/dear/llm/vllm_stand_in.py mirrors its signatures).
     Typical engine_kwargs: tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype, seed.
     """
 

@@ -14,8 +14,9 @@ from typing import Any
 import yaml
 
 from dear import tasks
+from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
-from dear.deprecation import add_renamed_flags
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_policy_args
 from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
@@ -34,6 +35,7 @@ def _llm_option(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"--llm-option {text!r}: unreadable value: {e}") from None
 
 
+PROG = "python -m dear.serve"
 API_KEY_ENV = "DEAR_API_KEY"
 
 
@@ -69,12 +71,15 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m dear.serve", description=package_doc.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=PROG, description=package_doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", default=str(SHIPPED_POLICY),
-                   help="exported policy dir (python -m dear.export RUN OUT); default: the shipped policy "
-                        f"{SHIPPED_POLICY.name} (trained in the simulator fitted to real debates)")
-    p.add_argument("--llm", default="local", help="backend spec: local | smoke | sim | openai:URL#model | vllm:MODEL")
+    add_policy_args(p, shipped=SHIPPED_POLICY)
+    backend = add_backend_args(p, parallel=OMIT, n_ctx=OMIT)
+    backend.add_argument("--cache", help="SQLite response cache")
+    backend.add_argument("--llm-option", action="append", type=_llm_option, default=[], metavar="KEY=VALUE",
+                         help="keyword argument for the backend (repeat), e.g. n_parallel=8, max_retries=1")
+    add_debate_args(p, n_agents=OMIT, n_rounds=None, n_rounds_note="default: the policy's training setting",
+                    sampling=True, sampling_note="round 0 (the policy sets the later rounds)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
@@ -89,18 +94,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "cot and majority keep theirs)")
     p.add_argument("--kind", default="numeric", choices=tasks.KINDS,
                    help="answer kind when a request names none (default numeric)")
-    p.add_argument("--n-rounds", type=int, help="exchange rounds (default: the policy's training setting)")
-    add_renamed_flags(p, {"--rounds": "--n-rounds"})  # old names (issue 16)
-    p.add_argument("--max-tokens", type=int, default=512, help="completion tokens per agent turn")
-    p.add_argument("--temperature", type=float, default=0.7, help="round-0 temperature")
-    p.add_argument("--top-p", type=float, default=0.9, help="round-0 top-p")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--encoder", help="override the policy's encoder spec (needs --allow-encoder-mismatch)")
-    p.add_argument("--allow-encoder-mismatch", action="store_true",
-                   help="serve with an --encoder other than the one the policy was trained with")
-    p.add_argument("--cache", help="SQLite response cache")
-    p.add_argument("--llm-option", action="append", type=_llm_option, default=[], metavar="KEY=VALUE",
-                   help="keyword argument for the backend (repeat), e.g. n_parallel=8, max_retries=1")
     p.add_argument("--max-active", type=int, default=32, help="debates in flight (batched per engine step)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting beyond that; more get 429")
     p.add_argument("--batch-window-ms", type=float, default=10.0,
@@ -137,13 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         exported = load_exported(a.policy)
     except ExportError as e:
-        print(f"error: --policy: {e}", file=sys.stderr)
-        return 2
+        raise ExportError(f"--policy: {e}") from e
     try:  # refused here, before the server starts, not on the first request
         choose_encoder(exported.encoder, a.encoder, a.allow_encoder_mismatch)
     except ValueError as e:
-        print(f"error: --encoder: {e}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--encoder: {e}") from e
     options = backend_options(a, exported.n_agents)
 
     def build() -> RegulatedDebater:
@@ -153,11 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     scheduler = DebateScheduler(build, max_active=a.max_active, max_queue=a.max_queue,
                                 batch_window_s=a.batch_window_ms / 1000, retry_s=a.backend_retry_s)
-    try:
-        scheduler.connect()  # load the backend before listening; a backend that is down gives 503s
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    scheduler.connect()  # load the backend before listening; a backend that is down gives 503s
     app = create_app(scheduler, ServeSettings(model_name=a.model_name, default_kind=a.kind, api_key=a.api_key,
                                               max_body_size=a.max_body_size))
     warning = exposure_warning(a.host, a.api_key)
@@ -170,4 +157,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_cli(main, "python -m dear.serve")
+    run_cli(main, PROG, errors=(*USER_ERRORS, ExportError))

@@ -412,8 +412,8 @@ class DebateScheduler:
         s.steps += 1
         s.debate_rounds += n_debates
         s.max_debates_per_step = max(s.max_debates_per_step, n_debates)
-        # A turn refused for not fitting the context says nothing about the backend (issue 41): only the others
-        # count, and a step with none of them leaves the last verdict as it was.
+        # A turn refused for not fitting the context is the request's fault, not a sign the backend is down:
+        # only the other turns count, and a step with none of them leaves the last verdict as it was.
         turns = [t for r in self._active for t in r.debate.last_turns if not is_context_error(t.error)]
         if turns:
             errors = [t.error for t in turns if t.error is not None]

@@ -46,7 +46,7 @@ reads nobody keeps its answer with probability ≈ 1 − σ(s0)·(1 − P(correc
 every move probability (a3, s1 > 0) — so a regulator that prunes who-reads-whom and cools the sampling can
 beat full-mesh MAD. Defaults reproduce, at T = 0.7 with a full mesh and 3 agents, these GSM8K statistics of the
 embedded model: round-0 accuracy ≈ 0.4, about a third of questions unanimous at round 0,
-C→I ≈ 3/28 and I→C ≈ 10/44 over one exchange round (checked in tests/test_sim.py).
+C→I ≈ 3/28 and I→C ≈ 10/44 over one exchange round (checked in tests/dear/sim/test_sim.py).
 
 Text
 ----
