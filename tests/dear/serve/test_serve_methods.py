@@ -271,3 +271,11 @@ def test_methods_and_a_token_budget_on_the_smoke_model(tmp_path):
     assert health["scheduler"]["backend_calls"] <= health["scheduler"]["steps"]
     print(f"\nsmoke: 6 methods and one budgeted debate in {time.perf_counter() - t0:.1f} s; budget {budget}, "
           f"spent {r.usage.completion_tokens} completion tokens in {len(dear['rounds'])} round(s)")
+
+
+def test_served_method_names_are_the_evaluation_harness_names():
+    """The server keeps its own copy of the names (it cannot import eval/); they must not drift apart."""
+    from dear.serve.methods import DEAR, METHODS as SERVED
+    from eval.methods import METHODS as EVALUATED
+
+    assert set(SERVED) - {DEAR} <= set(EVALUATED) and DEAR in EVALUATED
