@@ -1,0 +1,258 @@
+"""Do the simulator's independent samples vote like the real model's? Sampling rules on real fresh samples vs the
+fitted world, out of sample (issue 39, item 4).
+
+    python -m simworld.sampling_validation --samples results/fresh-samples-gsm8k
+
+Real side: the wide round 0s of `simworld.fresh_samples` (GSM8K train questions the dynamics fit never saw).
+Simulated side (SYNTHETIC): the world of `--world` (default configs/sim.yaml, the fitted world) draws the same
+wide round 0 (same width, T, top-p, token limit) on `--sim-questions` of its synthetic questions.
+
+Both sides go through one function, `rule_outcome`, which reads a question's samples in order:
+- `cot`: the first sample; `sc-k`: the plurality over the first k (sc-3 is the round-0 majority of 3 agents);
+- `adaptive-sc-a`: start from the first 3 (round 0), add one sample at a time until `a` samples share an answer
+  or all are used, then the plurality over those used — the decisions of `dear.debate.protocols.AdaptiveSCProtocol`
+  (the engine draws the same samples for its fresh turns: tests/simworld/test_sampling_validation.py).
+Accuracy is the vote's expected correctness over tied leaders (`dear.vote`, the project's tie rule); tokens are
+prompt + completion of the samples a rule used. The real side's intervals are Wilson 95 % over questions (a tie's
+fractional score rounded, as in `simworld.validation`); the simulated side's are too, over its questions. Also
+compared: how often the first 3 agree (what MAD-stop's stop sees), the spread of correct samples per question
+(the per-question difficulty the sim draws), and how often two wrong samples share an answer (the wrong-answer
+concentration behind every vote).
+
+Writes `--out` (default SAMPLES/validation): `sampling_validation.md` and `.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from dear import tasks
+from dear.atomic import atomic_write_text, write_json
+from dear.cli import command_line, require_at_least
+from dear.cli import run as run_cli
+from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.protocols import MajorityProtocol
+from dear.debate.trace import DebateTrace
+from dear.vote import key_correct, tally
+from simworld.corpus import CorpusFile
+from simworld.fresh_samples import SAMPLES_FILE
+from simworld.validation import wilson
+
+log = logging.getLogger("simworld.sampling_validation")
+PROG = "python -m simworld.sampling_validation"
+ROUND0_AGENTS = 3  # the debates' V: adaptive rules start from this many samples
+
+
+@dataclass(frozen=True)
+class Samples:
+    """One question's independent samples, in draw order."""
+
+    keys: tuple[str | None, ...]
+    correct: tuple[bool, ...]
+    tokens: tuple[int, ...]  # prompt + completion per sample
+
+    @classmethod
+    def of(cls, trace: DebateTrace) -> Samples:
+        turns = trace.rounds[0]
+        return cls(tuple(t.answer_key for t in turns), tuple(bool(t.correct) for t in turns),
+                   tuple(int(t.prompt_tokens + t.completion_tokens) for t in turns))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    score: float  # expected correctness of the plurality over the samples used (ties 1/k)
+    used: int  # samples used
+    tokens: int
+
+
+def rules_for(width: int) -> list[str]:
+    """The rules a width supports: cot, sc-3/5/width, adaptive-sc-2/3."""
+    sc = sorted({k for k in (ROUND0_AGENTS, 5, width) if k <= width})
+    return ["cot"] + [f"sc-{k}" for k in sc] + [f"adaptive-sc-{a}" for a in (2, 3) if width >= ROUND0_AGENTS]
+
+
+def samples_used(s: Samples, rule: str) -> int:
+    """How many of the samples (a prefix) a rule reads."""
+    if rule == "cot":
+        return 1
+    name, _, arg = rule.rpartition("-")
+    k = int(arg)
+    if name == "sc":
+        if k > len(s.keys):
+            raise ValueError(f"rule {rule!r} needs {k} samples, the question has {len(s.keys)}")
+        return k
+    if name == "adaptive-sc":
+        n = min(ROUND0_AGENTS, len(s.keys))
+        while n < len(s.keys) and tally(s.keys[:n]).top < k:
+            n += 1
+        return n
+    raise ValueError(f"unknown rule {rule!r}; known: cot, sc-K, adaptive-sc-A")
+
+
+def rule_outcome(s: Samples, rule: str) -> Outcome:
+    n = samples_used(s, rule)
+    keys, correct = s.keys[:n], s.correct[:n]
+    return Outcome(tally(keys).score(key_correct(keys, correct)), n, int(sum(s.tokens[:n])))
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    rule: str
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    samples: float  # mean samples used
+    tokens: float  # mean tokens per question
+
+
+def rule_rows(questions: Sequence[Samples], rules: Sequence[str]) -> list[RuleRow]:
+    rows = []
+    for rule in rules:
+        outs = [rule_outcome(s, rule) for s in questions]
+        acc = float(np.mean([o.score for o in outs]))
+        lo, hi = wilson(acc * len(outs), len(outs))
+        rows.append(RuleRow(rule, acc, lo, hi, float(np.mean([o.used for o in outs])),
+                            float(np.mean([o.tokens for o in outs]))))
+    return rows
+
+
+def describe(questions: Sequence[Samples]) -> dict[str, Any]:
+    """The shape behind the votes: first-3 agreement, correct samples per question, wrong-answer collisions."""
+    width = min(len(s.keys) for s in questions)
+    n_correct = np.array([sum(s.correct[:width]) for s in questions])
+    first3 = [tally(s.keys[:ROUND0_AGENTS]).top == ROUND0_AGENTS for s in questions]
+    pairs = same = 0
+    for s in questions:
+        wrong = [k for k, c in zip(s.keys[:width], s.correct[:width]) if not c]
+        for i in range(len(wrong)):
+            for j in range(i + 1, len(wrong)):
+                pairs += 1
+                same += wrong[i] is not None and wrong[i] == wrong[j]
+    return {
+        "questions": len(questions),
+        "width": width,
+        "sample_accuracy": float(n_correct.mean() / width),
+        "first3_unanimous": float(np.mean(first3)),
+        "correct_per_question": [int((n_correct == k).sum()) for k in range(width + 1)],
+        "wrong_pairs": pairs,
+        "wrong_pairs_same_answer": float(same / pairs) if pairs else float("nan"),
+    }
+
+
+# ---------------------------------------------------------------- the two sides
+def real_samples(samples_dir: Path) -> list[Samples]:
+    recs = CorpusFile(samples_dir / SAMPLES_FILE).records
+    if not recs:
+        raise ValueError(f"{samples_dir / SAMPLES_FILE}: no samples yet (run python -m simworld.fresh_samples)")
+    return [Samples.of(DebateTrace.from_dict(r["trace"])) for r in recs]
+
+
+def sim_samples(world: Path, n: int, width: int, settings: dict[str, Any], seed: int) -> list[Samples]:
+    """A wide round 0 in the simulated world, with the real run's sampling settings (SYNTHETIC)."""
+    from dear.llm.registry import make_backend
+
+    cfg = yaml.safe_load(world.read_text())
+    llm = cfg.get("llm") or {}
+    if llm.get("preset") != "sim":
+        raise ValueError(f"{world}: llm.preset is {llm.get('preset')!r}; this check needs a sim world")
+    backend = make_backend("sim", **(llm.get("options") or {}))
+    env = cfg.get("env") or {}
+    qs = tasks.load(env.get("task", "synthetic"), split=env.get("split", "train"), n=n, seed=seed)
+    engine = DebateEngine(backend, DebateConfig(n_agents=width, n_rounds=0, temperature0=settings["temperature"],
+                                                top_p0=settings["top_p"], max_tokens=settings["max_tokens"],
+                                                seed=seed, layout=settings["layout"]))
+    return [Samples.of(d.trace) for d in engine.run(qs, MajorityProtocol())]
+
+
+# ---------------------------------------------------------------- report
+def report(real: Sequence[Samples], sim: Sequence[Samples], meta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    width = min(len(s.keys) for s in real)
+    rules = rules_for(width)
+    rows_real, rows_sim = rule_rows(real, rules), rule_rows(sim, rules)
+    d_real, d_sim = describe(real), describe(sim)
+    lines = [
+        "# Fresh samples: the fitted simulator (SYNTHETIC) vs the real model",
+        "",
+        f"Command: `{meta['command']}` (sim seed {meta['seed']}). Real: {len(real)} GSM8K **train** questions the "
+        f"dynamics fit never saw, {width} samples each (`{meta['samples']}`, model `{meta['llm']}`). Simulated: "
+        f"{len(sim)} synthetic questions of `{meta['world']}`, labelled *sim (synthetic)* in every row. Accuracy in "
+        "% (ties as expected values) with Wilson 95 % intervals over questions; tokens = prompt + completion of "
+        "the samples used.",
+        "",
+        "| rule | real accuracy | sim (synthetic) accuracy | sim inside real CI | real samples | sim (synthetic) "
+        "samples | real tokens/q | sim (synthetic) tokens/q |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r, s in zip(rows_real, rows_sim):
+        inside = "yes" if r.ci_low <= s.accuracy <= r.ci_high else "**no**"
+        lines.append(f"| {r.rule} | {100 * r.accuracy:.1f} [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}] | "
+                     f"{100 * s.accuracy:.1f} [{100 * s.ci_low:.1f}, {100 * s.ci_high:.1f}] | {inside} | "
+                     f"{r.samples:.2f} | {s.samples:.2f} | {r.tokens:,.0f} | {s.tokens:,.0f} |")
+    lines += [
+        "",
+        "| shape | real | sim (synthetic) |",
+        "|---|---|---|",
+        f"| one sample's accuracy | {100 * d_real['sample_accuracy']:.1f} % | {100 * d_sim['sample_accuracy']:.1f} % |",
+        f"| first 3 samples unanimous (MAD-stop stops) | {100 * d_real['first3_unanimous']:.1f} % | "
+        f"{100 * d_sim['first3_unanimous']:.1f} % |",
+        f"| two wrong samples give the same answer | {100 * d_real['wrong_pairs_same_answer']:.1f} % "
+        f"({d_real['wrong_pairs']} pairs) | {100 * d_sim['wrong_pairs_same_answer']:.1f} % "
+        f"({d_sim['wrong_pairs']} pairs) |",
+        "",
+        f"Questions by correct samples out of {width} (share of questions):",
+        "",
+        "| correct | " + " | ".join(str(k) for k in range(width + 1)) + " |",
+        "|---|" + "---|" * (width + 1),
+        "| real | " + " | ".join(f"{100 * c / len(real):.0f} %" for c in d_real["correct_per_question"]) + " |",
+        "| sim (synthetic) | " + " | ".join(f"{100 * c / len(sim):.0f} %" for c in d_sim["correct_per_question"])
+        + " |",
+        "",
+    ]
+    data = {"meta": meta, "rules": {"real": [asdict(r) for r in rows_real], "sim_synthetic": [asdict(r) for r in rows_sim]},
+            "shape": {"real": d_real, "sim_synthetic": d_sim}}
+    return "\n".join(lines), data
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", default="results/fresh-samples-gsm8k", help="a simworld.fresh_samples directory")
+    p.add_argument("--world", default="configs/sim.yaml", help="the simulated world's config (default %(default)s)")
+    p.add_argument("--sim-questions", type=int, default=2000, help="simulated questions (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="the simulated side's seed (default %(default)s)")
+    p.add_argument("--out", help="report directory (default SAMPLES/validation)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    require_at_least(a, 1, "sim_questions")
+    t0 = time.perf_counter()
+    samples_dir = Path(a.samples)
+    settings = yaml.safe_load((samples_dir / "settings.json").read_text()) if (samples_dir / "settings.json").exists() \
+        else None
+    if settings is None:
+        raise FileNotFoundError(f"{samples_dir}/settings.json: not a simworld.fresh_samples directory")
+    real = real_samples(samples_dir)
+    sim = sim_samples(Path(a.world), a.sim_questions, settings["width"], settings, a.seed)
+    meta = {"command": command_line(PROG, argv), "samples": str(samples_dir), "world": a.world, "seed": a.seed,
+            "llm": settings["llm"], "real_questions": len(real), "sim_questions": len(sim)}
+    text, data = report(real, sim, meta)
+    out = Path(a.out) if a.out else samples_dir / "validation"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "sampling_validation.md", text + f"\nCPU: {time.perf_counter() - t0:.0f} s.\n")
+    write_json(out / "sampling_validation.json", data, indent=2, trailing_newline=True)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, PROG)
