@@ -78,9 +78,6 @@ class RegulatedDebater:
                  **backend_options):
         n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # old keyword
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
-        if self.exported.synthetic:
-            log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
-                        self.exported.path)
         self.config = DebateConfig(n_agents=self.exported.n_agents,
                                    n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
@@ -92,6 +89,14 @@ class RegulatedDebater:
         backend = make_backend(llm, **backend_options) if isinstance(llm, str) else llm
         self.backend = CachedBackend(backend, cache) if cache else backend
         self.engine = DebateEngine(self.backend, self.config)
+        if self.transfer:
+            log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
+                        self.exported.path)
+
+    @property
+    def transfer(self) -> bool:
+        """A policy trained on the synthetic backend debating on a real one (on the sim itself there is none)."""
+        return self.exported.synthetic and not self.backend.synthetic
 
     def protocol(self) -> RegulatedProtocol:
         """A fresh regulated protocol with this debater's policy, encoder and config (records per debate id)."""
@@ -200,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens, temperature=a.temperature,
                           top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache,
                           allow_encoder_mismatch=a.allow_encoder_mismatch, **options) as debater:
-        tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.exported.synthetic else ""
+        tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.transfer else ""
         print(f"{len(questions)} question(s), V={debater.config.n_agents}, rounds={debater.config.n_rounds}, "
               f"llm={a.llm}{tag}", flush=True)
         # The debates run in lockstep, so progress counts rounds; tokens and elapsed time move within a round.

@@ -8,6 +8,8 @@ once per question (``max(V, self-consistency samples)`` independent answers, sto
 - single CoT = agent 0's stored round-0 answer (1 agent, no exchange);
 - round-0 majority = the plurality of the stored round 0's first V answers (no exchange);
 - self-consistency with n samples = the plurality of the first n stored answers;
+- adaptive self-consistency (`adaptive-sc-A`) = the first V stored answers, then one more at a time until A share
+  an answer (at most n), the plurality over those used (`dear.debate.sampling_rules`; no new generation);
 - MAD, MAD stopped at unanimity, DEAR and every ablation continue the first V stored answers;
 - "DEAR no-selection + no-behavior" would be MAD exactly (full mask, fixed sampling).
 
@@ -29,6 +31,8 @@ from dear.debate import DebateConfig, make_protocol
 from dear.debate.engine import Debate, DebateEngine
 from dear.debate.interventions import InterventionConfig, InterventionProtocol
 from dear.debate.protocols import MajorityProtocol, Protocol
+from dear.debate.sampling_rules import Samples, samples_used
+from dear.debate.trace import AgentTurn
 from dear.llm.base import Backend
 from dear.tasks.types import Question
 from dear.policy import JointPolicy, PolicyConfig
@@ -48,6 +52,7 @@ class MethodSpec:
     fusion: str = "dst"
     stop_when_unanimous: bool = False  # end a debate after any round where all agents give the same answer
     ablates: str = ""  # the method this one is an ablation or control of (the report pairs the two)
+    rule: str = ""  # samples kind: an adaptive rule of dear.debate.sampling_rules over the stored round 0
 
     @property
     def needs_checkpoint(self) -> bool:
@@ -60,6 +65,10 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("cot", "Single CoT", "single", "one agent, one answer (= agent 0 of round 0)"),
         MethodSpec("sc", "CoT-SC", "samples", "self-consistency: n independent samples, plurality vote"),
         MethodSpec("majority", "Round-0 majority", "samples", "V independent answers, plurality, no exchange"),
+        *(MethodSpec(f"adaptive-sc-{a}", f"Adaptive SC (until {a} agree)", "samples",
+                     f"adaptive self-consistency: V samples, then one more at a time until {a} share an answer "
+                     "(at most the self-consistency samples); plurality over those used", rule=f"adaptive-sc-{a}")
+          for a in (2, 3)),
         MethodSpec("mad", "MAD", "debate", "full mask, fixed sampling", protocol="mad"),
         MethodSpec("mad-stop", "MAD stop-when-unanimous", "debate",
                    "MAD that ends as soon as all agents give the same answer (after round 0 or any later round)",
@@ -77,6 +86,28 @@ METHODS: dict[str, MethodSpec] = {
     )
 }
 DEFAULT_METHODS = tuple(METHODS)
+
+
+def round0_width(methods: Sequence[str], n_agents: int, sc_samples: int) -> int:
+    """Answers the stored round 0 must hold for these methods: V, or the self-consistency samples when a method
+    reads them (`sc`, and the adaptive rules, which may read all of them)."""
+    wide = any(m == "sc" or (m in METHODS and METHODS[m].rule) for m in methods)
+    return max(n_agents, sc_samples if wide else 0)
+
+
+def check_adaptive(specs: Sequence[MethodSpec], n_agents: int, sc_samples: int) -> None:
+    """An adaptive rule starts from V samples and must be able to reach its agreement within --sc-samples."""
+    for spec in specs:
+        agree = int(spec.rule.rpartition("-")[2]) if spec.rule else 0
+        if spec.rule and sc_samples < max(n_agents, agree):
+            raise ValueError(f"method {spec.name!r} starts from the V={n_agents} round-0 samples and stops when "
+                             f"{agree} agree: it needs --sc-samples >= {max(n_agents, agree)}, got {sc_samples}")
+
+
+def rule_width(spec: MethodSpec, round0: Sequence[AgentTurn], n_agents: int, sc_samples: int) -> int:
+    """How many of one question's stored round-0 answers an adaptive method reads: its rule over the first
+    `sc_samples`, starting from the first V."""
+    return samples_used(Samples.of_turns(round0[:sc_samples]), spec.rule, start=n_agents)
 
 
 def parse_methods(text: str) -> list[MethodSpec]:
@@ -111,6 +142,7 @@ class Checkpoint:
     sha256: str = ""  # of the weights file the policy was loaded from (the settings guard compares it)
     answer_aware: float = 0.0  # the evidence it was trained on (0: the paper's e_ij)
     silent: bool = False  # trained with silent turns (an agent that reads nobody makes no call)
+    decision: str = "last-round"  # the final vote it was trained with (dear.debate.engine.DECISIONS)
 
     def label(self, spec: MethodSpec) -> str:
         """A DEAR method's label with the policy's training world, e.g. "DEAR (sim-trained)"."""
@@ -175,7 +207,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         trained_on=f"{training.get('llm') or 'unknown backend'} on {training.get('task') or 'unknown task'}"
                    + (f" (iteration {training['iteration']})" if training.get("iteration") is not None else ""),
         synthetic=exported.synthetic, world=training_world(training), sha256=_weights_sha256(path),
-        answer_aware=exported.answer_aware, silent=exported.silent,
+        answer_aware=exported.answer_aware, silent=exported.silent, decision=exported.decision,
     )
 
 
@@ -300,8 +332,8 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
                                          deterministic=deterministic)
     if spec.kind == "single":
         return MethodRun(replace(base, n_agents=1, n_rounds=0), MajorityProtocol())
-    if spec.kind == "samples":
-        n = sc_samples if spec.name == "sc" else base.n_agents
+    if spec.kind == "samples":  # an adaptive rule reads up to sc_samples, each question its own prefix (rule_width)
+        n = sc_samples if spec.name == "sc" or spec.rule else base.n_agents
         proto: Protocol = MajorityProtocol()
         proto.name = spec.name
         return MethodRun(replace(base, n_agents=n, n_rounds=0), proto)
@@ -311,7 +343,9 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
         raise ValueError(f"method {spec.name!r} needs --checkpoint")
     from dear.regulator import RegulatedProtocol  # floor 3
 
-    base = replace(base, silent=ckpt.silent)  # the policy runs in the debates it was trained in
+    # The policy runs in the debates it was trained in: silent turns, and the final vote (an extended policy's
+    # stop reads the vote's features, so they must be the rule's) as dear.infer runs them.
+    base = replace(base, silent=ckpt.silent, decision=ckpt.decision)
     proto_r = RegulatedProtocol(policy=ckpt.policy(spec, seed=seed), encoder=encoder, config=base,
                                 deterministic=deterministic, name=spec.name, answer_aware=ckpt.answer_aware)
     if spec.selection_mode == "random":

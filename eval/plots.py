@@ -1,4 +1,5 @@
-"""PNG plots of an evaluation (matplotlib, Agg): accuracy vs tokens, per-round accuracy, transitions, HCR/BCR."""
+"""PNG plots of an evaluation (matplotlib, Agg): accuracy vs tokens with the accuracy-cost frontier, per-round
+accuracy, transitions, HCR/BCR."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from dear.metrics import TRANSITIONS, wilson_ci
-from eval.report import MethodResult
+from eval.report import MethodResult, dominated_by
 
 TRANSITION_COLORS = ("#4c9a2a", "#d62728", "#1f77b4", "#9e9e9e")  # C->C green, C->I red, I->C blue, I->I grey
 
@@ -65,9 +66,26 @@ def _bar(ci, scale: float = 1.0) -> list[list[float]]:
     return [[max(0.0, scale * (ci.mean - ci.low))], [max(0.0, scale * (ci.high - ci.mean))]]
 
 
+def frontier_line(results: Sequence[MethodResult], benchmark: str) -> tuple[list[float], list[float]]:
+    """(tokens, accuracy %) of the benchmark's methods on the accuracy-cost frontier (`report.dominated_by`), by
+    tokens, then the best accuracy carried to the costliest method's tokens: the staircase `accuracy_vs_tokens`
+    draws (the best accuracy reached at each budget)."""
+    dominated = dominated_by(results)
+    mine = [r for r in results if r.benchmark == benchmark]
+    points = sorted((r.summary.total_tokens.mean, 100 * r.summary.accuracy.mean) for r in mine
+                    if not dominated[(benchmark, r.method)])
+    right = max(r.summary.total_tokens.mean for r in mine)
+    if points and right > points[-1][0]:
+        points.append((right, points[-1][1]))
+    return [x for x, _ in points], [y for _, y in points]
+
+
 def accuracy_vs_tokens(results: Sequence[MethodResult], path: Path, synthetic: bool = False) -> None:
+    """Accuracy against tokens per question, one panel per benchmark, with the accuracy-cost frontier drawn as a
+    staircase through the methods no other method dominates (dominated methods: hollow markers)."""
     benchmarks, methods, by = _grid(results)
     colors, markers = _colors(methods), _markers(methods)
+    dominated = dominated_by(results)
     fig, axes = _subplots(len(benchmarks))
     for ax, b in zip(axes, benchmarks):
         for m in methods:
@@ -79,7 +97,11 @@ def accuracy_vs_tokens(results: Sequence[MethodResult], path: Path, synthetic: b
                 s.total_tokens.mean, 100 * s.accuracy.mean,
                 xerr=_bar(s.total_tokens), yerr=_bar(s.accuracy, 100.0),
                 fmt=markers[m], color=colors[m], capsize=3, markersize=7, label=r.label, alpha=0.9,
+                markerfacecolor="none" if dominated[(b, m)] else colors[m],
             )
+        xs, ys = frontier_line(results, b)
+        ax.plot(xs, ys, drawstyle="steps-post", color="black", linestyle="--", linewidth=1.0, zorder=0,
+                label="accuracy–cost frontier; hollow = dominated" + (" [SYNTHETIC]" if synthetic else ""))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())

@@ -22,8 +22,9 @@ TIE_RULE = ("Ties count as expected values: a k-way tie whose leaders include th
 def trace_to_record(trace: DebateTrace) -> ScoredDebate:
     """Plain arrays of one debate for dear.metrics."""
     grader = "none"
-    if trace.final_answer is not None and trace.rounds:
-        grader = next((t.grader for t in trace.rounds[-1] if t.answer_key == trace.final_answer), "none")
+    if trace.final_answer is not None and trace.rounds:  # the last round first: an all-answers vote may pick earlier
+        turns = [t for turns in reversed(trace.rounds) for t in turns]
+        grader = next((t.grader for t in turns if t.answer_key == trace.final_answer), "none")
     return ScoredDebate(
         answers=trace.answer_keys(),
         correct=trace.correctness().tolist(),
@@ -57,6 +58,27 @@ def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTra
         benchmark=benchmark, method=method, label=label, summary=summarize(records, seed=seed, n_boot=n_boot),
         correct_by_question={r.question_id: r.score for r in records},
     )
+
+
+# ---------------------------------------------------------------- the accuracy-cost frontier
+FRONTIER_RULE = ("Dominated by: the methods with accuracy ≥ and tokens per question ≤ this method's on the same "
+                 "benchmark, strictly better in at least one (point estimates: accuracy with ties as expected values, "
+                 "mean tokens; the intervals are not tested); — = on the accuracy–cost frontier.")
+
+
+def dominated_by(results: Sequence[MethodResult]) -> dict[tuple[str, str], list[str]]:
+    """(benchmark, method) -> the methods of the same benchmark that dominate it (FRONTIER_RULE), in result order;
+    an empty list puts it on the frontier."""
+    def point(r: MethodResult) -> tuple[float, float]:
+        return r.summary.accuracy.mean, r.summary.total_tokens.mean
+
+    out = {}
+    for r in results:
+        acc, tok = point(r)
+        out[(r.benchmark, r.method)] = [
+            o.method for o in results if o.benchmark == r.benchmark and o.method != r.method
+            and point(o)[0] >= acc and point(o)[1] <= tok and point(o) != (acc, tok)]
+    return out
 
 
 # ---------------------------------------------------------------- CSV
@@ -131,6 +153,8 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
     header = ["Method"]
     for b in benchmarks:
         header += [f"{b} acc % [95 % CI]", f"{b} tokens/q"]
+    header += [f"{b} dominated by" for b in benchmarks]
+    dominated = dominated_by(results)
     rows = []
     for m in methods:
         row = [next(r.label for r in results if r.method == m)]
@@ -141,8 +165,10 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
                 continue
             a = r.summary.accuracy
             row += [f"{_pct(a.mean)} [{_pct(a.low)}, {_pct(a.high)}]", f"{r.summary.total_tokens.mean:,.0f}"]
+        row += [(", ".join(by_label(results, d) for d in dominated[(b, m)]) or "—") if (b, m) in by else "–"
+                for b in benchmarks]
         rows.append(row)
-    lines += _table(header, rows) + [""]
+    lines += _table(header, rows) + ["", FRONTIER_RULE, ""]
 
     for baseline in baselines:
         if baseline not in methods:

@@ -283,7 +283,7 @@ class Evaluator:
                                  max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout)
         # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
         self._density: dict[str, list[float]] = {}  # benchmark -> the random mask's per-round pair probability
-        self.round0_width = max(settings.n_agents, settings.sc_samples if "sc" in settings.methods else 0)
+        self.round0_width = M.round0_width(settings.methods, settings.n_agents, settings.sc_samples)
 
     # -- lazily built heavy parts
     def backend(self) -> Backend:
@@ -409,9 +409,12 @@ class Evaluator:
 
             torch.manual_seed(derive_seed(self.s.seed, chunk_index, 0xA5))  # sampled actions: fixed per chunk
         engine = DebateEngine(self.backend(), run.config)
-        width = run.config.n_agents
-        debates = engine.start_from_round0(chunk, [round0[q.id].rounds[0][:width] for q in chunk],
-                                           n_rounds=run.protocol.n_rounds, protocol=spec.name)
+        if spec.rule:  # adaptive self-consistency: each question reads its own prefix; nothing is generated
+            debates = self._rule_debates(spec, run, chunk, round0)
+        else:
+            width = run.config.n_agents
+            debates = engine.start_from_round0(chunk, [round0[q.id].rounds[0][:width] for q in chunk],
+                                               n_rounds=run.protocol.n_rounds, protocol=spec.name)
         if isinstance(run.protocol, InterventionProtocol):  # judge / policy / regenerate / moderator
             run.protocol.drive(engine, debates)
         else:
@@ -434,6 +437,21 @@ class Evaluator:
             log.info("%s/%s: random mask with DEAR's per-round read density %s", benchmark, spec.name,
                      np.round(density, 3).tolist())
         return traces, regulator
+
+    def _rule_debates(self, spec: M.MethodSpec, run: M.MethodRun, chunk: list[Question],
+                      round0: dict[str, DebateTrace]) -> list[Debate]:
+        """The finished debates of an adaptive rule: each question's stored round 0 cut to the answers the rule
+        reads (`M.rule_width`), voted by the engine like every method (one engine per width)."""
+        widths = {q.id: M.rule_width(spec, round0[q.id].rounds[0], self.s.n_agents, self.s.sc_samples)
+                  for q in chunk}
+        debates: dict[str, Debate] = {}
+        for width in sorted(set(widths.values())):
+            group = [q for q in chunk if widths[q.id] == width]
+            engine = DebateEngine(self.backend(), replace(run.config, n_agents=width))
+            for d in engine.start_from_round0(group, [round0[q.id].rounds[0][:width] for q in group],
+                                              n_rounds=0, protocol=spec.name):
+                debates[d.question.id] = d
+        return [debates[q.id] for q in chunk]
 
     def _dear_density(self, benchmark: str) -> list[float]:
         """DEAR's realized per-round read density on this benchmark (all its finished debates when the random
@@ -572,10 +590,12 @@ class Evaluator:
             return (f"Round 0 of {', '.join(legacy)} was not stored (an older eval.run wrote these traces): "
                     "methods shared it only through the response cache, which is not verified here; answers of "
                     "completions cut at the token limit were extracted by the older rule (last-number fallback).")
+        adaptive = ("adaptive self-consistency = the first V, then one more at a time until enough agree (at most "
+                    "n; charged only the answers it read), " if any(s.rule for s in self.specs) else "")
         return ("Shared work: round 0 was generated once per question (traces/<benchmark>/round0.jsonl) and every "
                 "method starts from it — single CoT = agent 0, round-0 majority = the first V answers, "
-                "self-consistency = the first n, the debates continue the first V; every method's round-0 text "
-                "was checked against the stored one. Every method is still charged the tokens of all its calls, "
+                f"self-consistency = the first n, {adaptive}the debates continue the first V; every method's round-0 "
+                "text was checked against the stored one. Every method is still charged the tokens of all its calls, "
                 "round 0 included.")
 
     def _policy_note(self) -> str:
@@ -590,6 +610,11 @@ class Evaluator:
             return ""
         c = self.ckpt
         note = f"{c.path} (trained with {c.trained_on or 'unknown backend'}; encoder {self.s.encoder or c.encoder})"
+        if c.policy_config.actions == "extended":
+            note += " — extended action set: each agent's turn revise / keep / fresh sample, and a stop"
+        if c.decision == "all-answers":
+            note += (f"; its debates' final vote is `{c.decision}` (every sample the debate drew: round 0, fresh "
+                     "samples and revisions; a kept answer does not vote twice), the rule it was trained with")
         if c.synthetic and not (self.synthetic or False):
             note += " — **sim-to-real transfer**: the policy was trained on the synthetic sim backend"
         return note
@@ -640,6 +665,8 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     if ckpt is not None:
         M.check_compatible(ckpt, n_agents, _range(a.temperature_range, "--temperature-range"),
                            _range(a.top_p_range, "--top-p-range"))
+    sc_samples = a.sc_samples or n_agents * (n_rounds + 1)
+    M.check_adaptive(specs, n_agents, sc_samples)
     out = a.out or f"results/eval-{'-'.join(benchmarks)}-n{a.n}-s{a.seed}"
     opts: dict[str, Any] = {}
     if a.parallel:
@@ -652,7 +679,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     return EvalSettings(
         benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, n_agents=n_agents,
         n_rounds=n_rounds, max_tokens=a.max_tokens, temperature=a.temperature, top_p=a.top_p,
-        sc_samples=a.sc_samples or n_agents * (n_rounds + 1), checkpoint=str(Path(a.checkpoint).resolve()) if ckpt else None,
+        sc_samples=sc_samples, checkpoint=str(Path(a.checkpoint).resolve()) if ckpt else None,
         encoder=choose_encoder(ckpt.encoder, a.encoder, a.allow_encoder_mismatch) if ckpt else a.encoder,
         out=out, batch=a.batch,
         cache="" if a.no_cache else a.cache, n_boot=a.n_boot, progress=not a.no_progress, backend_options=opts,

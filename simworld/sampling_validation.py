@@ -7,11 +7,13 @@ Real side: the wide round 0s of `simworld.fresh_samples` (GSM8K train questions 
 Simulated side (SYNTHETIC): the world of `--world` (default configs/sim.yaml, the fitted world) draws the same
 wide round 0 (same width, T, top-p, token limit) on `--sim-questions` of its synthetic questions.
 
-Both sides go through one function, `rule_outcome`, which reads a question's samples in order:
+Both sides go through one function, `rule_outcome` (`dear.debate.sampling_rules`, also behind `eval.run`'s
+adaptive self-consistency), which reads a question's samples in order:
 - `cot`: the first sample; `sc-k`: the plurality over the first k (sc-3 is the round-0 majority of 3 agents);
 - `adaptive-sc-a`: start from the first 3 (round 0), add one sample at a time until `a` samples share an answer
   or all are used, then the plurality over those used — the decisions of `dear.debate.protocols.AdaptiveSCProtocol`
-  (the engine draws the same samples for its fresh turns: tests/simworld/test_sampling_validation.py).
+  (its fresh turns send the wide round 0's requests: the same samples on a backend whose answer depends only on
+  the request, tests/dear/debate/test_sampling_rules.py; on the sim backend the same only in distribution).
 Accuracy is the vote's expected correctness over tied leaders (`dear.vote`, the project's tie rule); tokens are
 prompt + completion of the samples a rule used. The real side's intervals are Wilson 95 % over questions (a tie's
 fractional score rounded, as in `simworld.validation`); the simulated side's are too, over its questions. Also
@@ -41,67 +43,22 @@ from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.protocols import MajorityProtocol
+from dear.debate.sampling_rules import (  # noqa: F401  (Outcome, samples_used: re-exported, the rules' old home)
+    ROUND0_AGENTS,
+    Outcome,
+    Samples,
+    rule_outcome,
+    rules_for,
+    samples_used,
+)
 from dear.debate.trace import DebateTrace
-from dear.vote import key_correct, tally
+from dear.vote import tally
 from simworld.corpus import CorpusFile
 from simworld.fresh_samples import SAMPLES_FILE
 from simworld.validation import wilson
 
 log = logging.getLogger("simworld.sampling_validation")
 PROG = "python -m simworld.sampling_validation"
-ROUND0_AGENTS = 3  # the debates' V: adaptive rules start from this many samples
-
-
-@dataclass(frozen=True)
-class Samples:
-    """One question's independent samples, in draw order."""
-
-    keys: tuple[str | None, ...]
-    correct: tuple[bool, ...]
-    tokens: tuple[int, ...]  # prompt + completion per sample
-
-    @classmethod
-    def of(cls, trace: DebateTrace) -> Samples:
-        turns = trace.rounds[0]
-        return cls(tuple(t.answer_key for t in turns), tuple(bool(t.correct) for t in turns),
-                   tuple(int(t.prompt_tokens + t.completion_tokens) for t in turns))
-
-
-@dataclass(frozen=True)
-class Outcome:
-    score: float  # expected correctness of the plurality over the samples used (ties 1/k)
-    used: int  # samples used
-    tokens: int
-
-
-def rules_for(width: int) -> list[str]:
-    """The rules a width supports: cot, sc-3/5/width, adaptive-sc-2/3."""
-    sc = sorted({k for k in (ROUND0_AGENTS, 5, width) if k <= width})
-    return ["cot"] + [f"sc-{k}" for k in sc] + [f"adaptive-sc-{a}" for a in (2, 3) if width >= ROUND0_AGENTS]
-
-
-def samples_used(s: Samples, rule: str) -> int:
-    """How many of the samples (a prefix) a rule reads."""
-    if rule == "cot":
-        return 1
-    name, _, arg = rule.rpartition("-")
-    k = int(arg)
-    if name == "sc":
-        if k > len(s.keys):
-            raise ValueError(f"rule {rule!r} needs {k} samples, the question has {len(s.keys)}")
-        return k
-    if name == "adaptive-sc":
-        n = min(ROUND0_AGENTS, len(s.keys))
-        while n < len(s.keys) and tally(s.keys[:n]).top < k:
-            n += 1
-        return n
-    raise ValueError(f"unknown rule {rule!r}; known: cot, sc-K, adaptive-sc-A")
-
-
-def rule_outcome(s: Samples, rule: str) -> Outcome:
-    n = samples_used(s, rule)
-    keys, correct = s.keys[:n], s.correct[:n]
-    return Outcome(tally(keys).score(key_correct(keys, correct)), n, int(sum(s.tokens[:n])))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ def tiny_run(tmp_path):
         from train.runner import Trainer
 
         cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false",
-                                           "rollout.num_workers=0", "rollout.envs_per_worker=4",
+                                           "rollout.num_workers=0", "rollout.envs_per_worker=4", "rollout.group_size=1",
                                            "rollout.episodes_per_iter=4", "run.iterations=1", *overrides])
         trainer = Trainer(cfg, run_dir=tmp_path / name)
         try:

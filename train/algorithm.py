@@ -14,7 +14,7 @@ both optimisers (single-agent PPO on the joint action).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -22,6 +22,7 @@ from torch import nn
 
 from dear.policy import Critic, JointPolicy
 from train.buffer import Advantages, RolloutBatch, compute_gae
+from train.group_baseline import group_centred
 from train.config import HAPPOConfig
 from train.valuenorm import ValueNorm
 
@@ -129,10 +130,15 @@ class HAPPO:
         return self.value_norm.denormalize(v) if self.cfg.value_norm else v
 
     def advantages(self, batch: RolloutBatch) -> Advantages:
-        """Values, advantages and returns, each (E, T); episodes are complete, so no bootstrap value."""
+        """Values, advantages and returns, each (E, T); episodes are complete, so no bootstrap value. Debates in
+        groups (rollout.group_size > 1) get advantages centred on their group's others (train/group_baseline.py);
+        the returns the critic learns stay GAE's."""
         values = self.values(batch.state)
         last = torch.zeros_like(values[:, -1])
-        return compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
+        gae = compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
+        if batch.group is None or torch.unique(batch.group).numel() == batch.num_episodes:
+            return gae
+        return replace(gae, advantages=group_centred(gae.advantages, batch.group, batch.valid))
 
     # -- update ------------------------------------------------------------------------------------
     def agent_order(self, generator: torch.Generator) -> list[str]:

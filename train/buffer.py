@@ -33,6 +33,7 @@ class RolloutBatch:
     stop: torch.Tensor | None = None  # (E, T) 1 where the debate stopped before this round
     behavior_active: torch.Tensor | None = None  # (E, T, V) 1 where the agent's (T, top-p) acted
     valid: torch.Tensor | None = None  # (E, T) 1 for steps the debate actually took (0 after a stop)
+    group: torch.Tensor | None = None  # (E,) debates with one id share question and seed (rollout.group_size)
 
     def _map(self, fn) -> "RolloutBatch":
         return RolloutBatch(**{f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name))
@@ -55,6 +56,8 @@ class RolloutBatch:
         def cat(name: str):
             xs = [getattr(p, name) for p in parts]
             if any(x is None for x in xs):
+                if name == "group":  # a chunk saved before groups existed: no group baseline for this batch
+                    return None
                 if not all(x is None for x in xs):
                     raise ValueError(f"concat: field '{name}' is missing in some parts (mixed action sets)")
                 return None

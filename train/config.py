@@ -155,6 +155,10 @@ class RolloutConfig:
     num_engines: int = 1  # LLM engine actors (llm.placement engine); rollout worker i uses engine i % num_engines
     engine_num_gpus: float | None = None  # GPUs per engine actor; None = vLLM's tensor_parallel_size, else 0
     max_worker_restarts: int = 3  # per worker per run before giving up
+    # Debates per question: a chunk's envs come in groups of this many that share the question and the debate
+    # seed (so the same random draws), and each debate's advantage is measured against its group's others
+    # (train/group_baseline.py). 1 = every debate its own question (the paper's).
+    group_size: int = 1
 
 
 @dataclass
@@ -246,6 +250,9 @@ class TrainConfig:
             need(False, f"env.{field_name}", problem)
         need(self.rollout.num_workers >= 0, "rollout.num_workers", "must be >= 0")
         need(self.rollout.envs_per_worker >= 1, "rollout.envs_per_worker", "must be >= 1")
+        need(self.rollout.group_size >= 1 and self.rollout.envs_per_worker % self.rollout.group_size == 0,
+             "rollout.group_size", f"must be >= 1 and divide rollout.envs_per_worker={self.rollout.envs_per_worker} "
+             "(a group never spans two chunks)")
         need(self.env.layout in LAYOUTS, "env.layout", f"must be one of {list(LAYOUTS)}, got {self.env.layout!r}")
         need(isinstance(self.env.silent, bool), "env.silent", f"must be true or false, got {self.env.silent!r}")
         need(not isinstance(self.env.answer_aware, bool) and isinstance(self.env.answer_aware, (int, float))
@@ -458,6 +465,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     # the extended action set came later; every run before it played the paper's actions and vote
     "env.actions": "paper", "env.decision": "last-round", "policy.kinds_mode": "learned",
     "policy.stop_mode": "learned", "policy.stop_agree": 1.0,
+    "rollout.group_size": 1,
 }
 
 

@@ -35,6 +35,8 @@ def rollout_key(cfg: TrainConfig, weights: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     shaping = {"seed": cfg.run.seed, "llm": cfg.to_dict()["llm"], "env": cfg.to_dict()["env"],
                "policy": cfg.to_dict()["policy"], "envs_per_worker": cfg.rollout.envs_per_worker}
+    if cfg.rollout.group_size != 1:  # other env seeds; left out at 1 so that older partial chunks keep their keys
+        shaping["group_size"] = cfg.rollout.group_size
     h.update(json.dumps(shaping, sort_keys=True, default=str).encode())
     for name in sorted(weights):
         t = weights[name].detach().cpu().contiguous()

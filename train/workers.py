@@ -87,16 +87,26 @@ class ChunkResult:
 
 
 def make_chunks(cfg: TrainConfig, iteration: int) -> list[ChunkSpec]:
-    n = cfg.rollout.envs_per_worker
+    """The iteration's chunks; with rollout.group_size G, each env seed appears G times in a row (a group: the
+    same question and debate seed)."""
+    n, g = cfg.rollout.envs_per_worker, cfg.rollout.group_size
     count = math.ceil(cfg.rollout.episodes_per_iter / n)
     chunks = []
     for c in range(count):
         base = derive_seed(cfg.run.seed, iteration, c, bits=62)
         rng = np.random.default_rng(base)
-        chunks.append(ChunkSpec(iteration=iteration, index=c,
-                                env_seeds=tuple(int(s) for s in rng.integers(0, 2**31 - 1, size=n)),
+        seeds = np.repeat(rng.integers(0, 2**31 - 1, size=n // g), g)
+        chunks.append(ChunkSpec(iteration=iteration, index=c, env_seeds=tuple(int(s) for s in seeds),
                                 torch_seed=int(rng.integers(0, 2**62))))
     return chunks
+
+
+def group_ids(spec: ChunkSpec) -> torch.Tensor:
+    """(E,) group id of each of the chunk's debates: debates with the same env seed share one (unique across
+    an iteration's chunks)."""
+    first = {s: k for k, s in reversed(list(enumerate(spec.env_seeds)))}
+    n = len(spec.env_seeds)
+    return torch.tensor([spec.index * n + first[s] for s in spec.env_seeds], dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ def _run_chunk(venv, policy: JointPolicy, spec: ChunkSpec, n_steps: int, determi
                 terminal[k] = (infos, int(k))
         rec["rewards"].append(torch.as_tensor(rewards, dtype=torch.float32))
         rec["dones"].append(torch.as_tensor(done, dtype=torch.float32))
-    batch = RolloutBatch(**{k: torch.stack(v, 1).to(torch.float32) for k, v in rec.items()})
+    batch = RolloutBatch(**{k: torch.stack(v, 1).to(torch.float32) for k, v in rec.items()}, group=group_ids(spec))
     # A stopped debate rides along as a no-op: its later rewards are 0 and its steps are not valid.
     episodes = [_episode_stats(*end) for end in terminal if end is not None]
     llm = (timed.seconds - llm0) if timed else math.nan

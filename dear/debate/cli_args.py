@@ -21,7 +21,7 @@ from pathlib import Path
 from dear.debate.prompts import LAYOUTS
 from dear.deprecation import add_renamed_flags
 from dear.llm.local import SPECULATIVE_TYPES
-from dear.llm.registry import SPECS
+from dear.llm.registry import SPECS, check_spec
 from dear.tasks import task_names
 
 Group = argparse._ArgumentGroup  # what add_argument_group returns; argparse names it only privately
@@ -61,13 +61,22 @@ def backend_specs() -> str:
     return " | ".join(SPECS)
 
 
+def _backend_spec(text: str) -> str:
+    """--llm checked while the flags are parsed, before anything loads."""
+    try:
+        return check_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag = "local", llm_note: str = "",
                      max_tokens: int | Flag = 512, max_tokens_note: str = "",
                      parallel: int | None | Flag = None, parallel_note: str = "",
                      n_ctx: int | None | Flag = None, speculative: bool = False, speculative_note: str = "") -> Group:
     """--llm, --max-tokens, and the llama.cpp settings --parallel, --n-ctx, --speculative (the last on request)."""
     group = parser.add_argument_group("backend")
-    _add(group, "--llm", llm, _help(f"backend spec (dear.llm.registry): {backend_specs()}", llm_note, llm))
+    _add(group, "--llm", llm, _help(f"backend spec (dear.llm.registry): {backend_specs()}", llm_note, llm),
+         type=_backend_spec)
     _add(group, "--max-tokens", max_tokens, _help("completion tokens per model reply", max_tokens_note, max_tokens),
          type=int)
     _add(group, "--parallel", parallel, _help("llama.cpp parallel slots of a local/smoke backend", parallel_note,

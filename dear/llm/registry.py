@@ -15,13 +15,25 @@ SPECS = {
 
 
 def _unknown(spec: str, why: str) -> ValueError:
-    listing = "\n".join(f"  {k:38s} {v}" for k, v in SPECS.items())
-    return ValueError(f"unknown LLM backend spec {spec!r} ({why}); valid specs:\n{listing}")
+    return ValueError(f"unknown LLM backend spec {spec!r} ({why}); valid: {' | '.join(SPECS)}")
+
+
+def check_spec(spec: str) -> str:
+    """The spec, stripped, if its form is one `make_backend` accepts (nothing is imported or loaded: CLIs call
+    it while parsing flags); ValueError naming the spec and the valid forms otherwise."""
+    kind, sep, rest = spec.strip().partition(":")
+    if kind in ("smoke", "sim") and sep:
+        raise _unknown(spec, f"{kind} takes no argument")
+    if kind in ("openai", "vllm") and not rest.partition("#")[0]:
+        raise _unknown(spec, "openai needs a base URL" if kind == "openai" else "vllm needs a model id or path")
+    if kind not in ("local", "smoke", "sim", "openai", "vllm"):
+        raise _unknown(spec, f"unrecognised kind {kind!r}")
+    return spec.strip()
 
 
 def make_backend(spec: str, **kwargs) -> Backend:
     """Build a backend from a spec string; kwargs go to the backend's constructor."""
-    kind, _, rest = spec.strip().partition(":")
+    kind, _, rest = check_spec(spec).partition(":")
     if kind == "local":
         from dear.llm.local import LocalLlamaBackend
         from dear.llm.model_files import embedded_model_path
@@ -31,7 +43,7 @@ def make_backend(spec: str, **kwargs) -> Backend:
         return LocalLlamaBackend(
             embedded_model_path(), model_id="local:qwen2.5-coder-1.5b-instruct-q4_k_m", **kwargs
         )
-    if kind == "smoke" and not rest:
+    if kind == "smoke":
         from dear.llm.local import LocalLlamaBackend
         from dear.llm.model_files import smoke_model_path
 
@@ -41,19 +53,11 @@ def make_backend(spec: str, **kwargs) -> Backend:
         from dear.llm.openai_compat import OpenAICompatBackend
 
         url, _, model = rest.partition("#")
-        if not url:
-            raise _unknown(spec, "openai needs a base URL")
         return OpenAICompatBackend(url, model=model or kwargs.pop("model", None), **kwargs)
     if kind == "vllm":
         from dear.llm.vllm_backend import VLLMBackend
 
-        if not rest:
-            raise _unknown(spec, "vllm needs a model id or path")
         return VLLMBackend(rest, **kwargs)
-    if kind == "sim" and not rest:
-        from dear.sim.backend import SimBackend  # the simulated world, a package of its own (dear/sim/)
+    from dear.sim.backend import SimBackend  # the simulated world, a package of its own (dear/sim/)
 
-        return SimBackend(**kwargs)
-    raise _unknown(
-        spec, f"unrecognised kind {kind!r}" if kind not in ("smoke", "sim") else f"{kind} takes no argument"
-    )
+    return SimBackend(**kwargs)

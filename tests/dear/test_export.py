@@ -45,7 +45,7 @@ def test_export_from_trainer_checkpoint_loads_without_trainer_ray_or_gym(tmp_pat
     from train.runner import Trainer
 
     cfg = load_config("sim-stylised", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.num_workers=0",
-                                       "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4", "run.iterations=1"])
+                                       "rollout.envs_per_worker=4", "rollout.group_size=1", "rollout.episodes_per_iter=4", "run.iterations=1"])
     tr = Trainer(cfg, run_dir=tmp_path / "run")
     tr.train()
     tr.close()

@@ -138,3 +138,17 @@ def test_the_cli_runs_without_a_policy_on_the_smoke_model(capsys):
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "round 1: answers" in text
+
+
+def test_the_transfer_warning_names_only_a_real_backend(exported, caplog):
+    """A sim-trained policy on the sim itself is no sim-to-real transfer; on a real backend it is said once."""
+    class RealStandIn(SimBackend):
+        synthetic = False
+
+    with caplog.at_level("WARNING", logger="dear.infer"):
+        with RegulatedDebater(exported, SimBackend(seed=0)) as debater:
+            assert not debater.transfer
+        assert "sim-to-real" not in caplog.text
+        with RegulatedDebater(exported, RealStandIn(seed=0)) as debater:
+            assert debater.transfer
+    assert caplog.text.count("sim-to-real transfer") == 1

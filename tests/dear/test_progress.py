@@ -18,7 +18,7 @@ from train.config import load_config
 from train.happo import main
 from train.runner import Trainer
 
-TINY = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=4", "rollout.episodes_per_iter=4"]
+TINY = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=4", "rollout.group_size=1", "rollout.episodes_per_iter=4"]
 
 
 # ------------------------------------------------------------------ the display

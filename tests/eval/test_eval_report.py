@@ -84,3 +84,46 @@ def test_an_ablation_is_paired_with_the_method_it_ablates():
     assert "| DEAR (sim-fitted) − DEAR random-mask (sim-fitted) | +66.7 [" in section
     without = report.markdown(results[:1], {"seed": 0}, n_boot=200)
     assert "ablations and controls" not in without
+
+
+def _frontier_results(bench: str = "b"):
+    """cot and its twin: 50 % at 150 tokens/q; sc: 100 % at 450; mad: 50 % at 2,250 (dominated by all three)."""
+    gold = ["4", "4", "5", "5"]  # q0, q1 right for the single agent
+    single = [_trace(f"q{q}", [[g]]) for q, g in enumerate(gold)]
+    return [report.evaluate(bench, "cot", "Single CoT", single, n_boot=50),
+            report.evaluate(bench, "twin", "Twin CoT", single, n_boot=50),
+            report.evaluate(bench, "sc", "CoT-SC", [_trace(f"q{q}", [["4"] * 3]) for q in range(4)], n_boot=50),
+            report.evaluate(bench, "mad", "MAD", [_trace(f"q{q}", [[g] * 3] * 3) for q, g in enumerate(gold)],
+                            n_boot=50)]
+
+
+def test_the_frontier_marks_dominated_methods():
+    results = _frontier_results("b") + _frontier_results("c")[:1]
+    dominated = report.dominated_by(results)
+    assert dominated[("b", "cot")] == dominated[("b", "twin")] == dominated[("b", "sc")] == []  # equal is no better
+    assert dominated[("b", "mad")] == ["cot", "twin", "sc"] and dominated[("c", "cot")] == []  # per benchmark
+    md = report.markdown(results, {"seed": 0}, n_boot=50)
+    table = md.split("## Accuracy and cost")[1].split("###")[0]
+    assert "| Method | b acc % [95 % CI] | b tokens/q | c acc % [95 % CI] | c tokens/q | b dominated by | " \
+           "c dominated by |" in table
+    assert "| 50.0 [" in table and "| 2,250 | – | – | Single CoT, Twin CoT, CoT-SC | – |" in table
+    assert "| 150 | 50.0 [" in table and table.count("| — |") == 3 and report.FRONTIER_RULE in table
+
+
+@pytest.mark.parametrize("synthetic", [False, True])
+def test_the_accuracy_tokens_plot_draws_the_frontier(tmp_path, monkeypatch, synthetic):
+    results = _frontier_results()
+    assert plots.frontier_line(results, "b") == ([150.0, 150.0, 450.0, 2250.0], [50.0, 50.0, 100.0, 100.0])
+    drawn = {}
+
+    def keep(fig, axes, text, synthetic_, path):
+        drawn["axes"], drawn["synthetic"] = axes, synthetic_
+
+    monkeypatch.setattr(plots, "_finish", keep)
+    plots.accuracy_vs_tokens(results, tmp_path / "a.png", synthetic=synthetic)
+    (ax,) = drawn["axes"]
+    (line,) = [ln for ln in ax.get_lines() if "frontier" in ln.get_label()]
+    assert list(line.get_xdata()) == [150.0, 150.0, 450.0, 2250.0] and line.get_drawstyle() == "steps-post"
+    assert ("SYNTHETIC" in line.get_label()) == synthetic == drawn["synthetic"]
+    faces = {c.get_label(): c.lines[0].get_markerfacecolor() for c in ax.containers}
+    assert faces["MAD"] == "none" and faces["CoT-SC"] != "none"  # a dominated method's marker is hollow

@@ -77,14 +77,15 @@ def test_sim_end_to_end_all_methods(tmp_path, ckpt):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Shared work is real: every method's round 0 is the stored one (single CoT = agent 0, majority = the
-    # first V, self-consistency = the first 5, debates the first V).
+    # first V, self-consistency = the first 5, adaptive self-consistency the first 3 to 5, debates the first V).
     from dear.debate.trace import read_jsonl
 
     round0 = {t.question_id: t for t in read_jsonl(out / "traces" / "synthetic" / "round0.jsonl")}
     assert len(round0) == 5 and all(t.n_agents == 5 for t in round0.values())  # max(V=3, sc_samples=5)
     for m in METHODS:
         for t in read_jsonl(out / "traces" / "synthetic" / f"{m}.jsonl"):
-            width = {"cot": 1, "sc": 5}.get(m, 3)
+            width = {"cot": 1, "sc": 5}.get(m, 3) if not METHODS[m].rule else len(t.rounds[0])
+            assert 3 <= width <= 5 or not METHODS[m].rule, m
             assert [a.text for a in t.rounds[0]] == [a.text for a in round0[t.question_id].rounds[0][:width]], m
     tr = {m: {t.question_id: t for t in read_jsonl(out / "traces" / "synthetic" / f"{m}.jsonl")}
           for m in ("cot", "majority", "mad")}

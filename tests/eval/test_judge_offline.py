@@ -108,14 +108,14 @@ def test_verify_judge_without_a_boxed_answer_is_malformed_no_drift():
 def test_verify_offline_records_skipped_pairs_without_a_call(tmp_path):
     src, out = _stored_debate(tmp_path)
     be = FakeBackend(_boxed(GOLD))
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "verify"],
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--seed", "5", "--prompt", "verify"],
                     backend=be)
     assert [r.metadata["round"] for r in _judge_requests(be)] == [2, 3]
     assert (row["pairs"], row["calls"], row["tp"], row["fp"], row["tn"], row["fn"]) == (3, 2, 1, 0, 2, 0)
     stored = J.read_verdicts(out / "verdicts.jsonl")
     assert [(v.round, v.skipped) for v in stored] == [(1, True), (2, False), (3, False)]
     again = FakeBackend(_boxed(GOLD))
-    J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--prompt", "verify"], backend=again)
+    J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--prompt", "verify"], backend=again)
     assert again.calls == []  # skipped pairs count as judged
 
 
@@ -139,7 +139,7 @@ def _stored_debate(tmp_path):
 def test_scores_resumes_and_reports_each_prompt(tmp_path):
     src, out = _stored_debate(tmp_path)
     be = FakeBackend(_flag_round_2_and_3)
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "basic"],
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--seed", "5", "--prompt", "basic"],
                     backend=be)
     # FOCUS: round 2 fell from all-correct to all-wrong (drift); rounds 1 and 3 did not fall
     assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 1, 1, 0)
@@ -150,12 +150,12 @@ def test_scores_resumes_and_reports_each_prompt(tmp_path):
     assert "1/1/1/0" in (out / "judge.md").read_text()
 
     again = FakeBackend(_flag_round_2_and_3)
-    J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "basic"],
+    J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--seed", "5", "--prompt", "basic"],
            backend=again)
     assert again.calls == []  # every pair already judged with this prompt
 
     other = FakeBackend(lambda r: "I cannot tell.")
-    rows = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--prompt", "stepwise"], backend=other)
+    rows = J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--prompt", "stepwise"], backend=other)
     assert len(_judge_requests(other)) == 3
     by_prompt = {r["prompt"]: r for r in rows}
     assert set(by_prompt) == {"basic", "stepwise"}
@@ -165,13 +165,13 @@ def test_scores_resumes_and_reports_each_prompt(tmp_path):
 def test_drifted_only_judges_the_focus_drift_pairs_and_marks_the_sample_enriched(tmp_path):
     src, out = _stored_debate(tmp_path)
     be = FakeBackend(_flag_round_2_and_3)
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--drifted-only",
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--seed", "5", "--drifted-only",
                      "--prompt", "basic"], backend=be)
     assert [r.metadata["round"] for r in _judge_requests(be)] == [2]  # the only FOCUS-drift pair
     assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 0, 0, 0) and row["enriched"]
     assert "100.0% [2.5%, 100.0%] (enriched)" in (out / "judge.md").read_text()
     rest = FakeBackend(_flag_round_2_and_3)
-    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "fake", "--seed", "5", "--prompt", "basic"],
+    (row,) = J.main(["--traces", str(src), "--out", str(out), "--llm", "openai:http://127.0.0.1:9/v1#fake", "--seed", "5", "--prompt", "basic"],
                     backend=rest)
     assert [r.metadata["round"] for r in _judge_requests(rest)] == [1, 3]  # round 2 is not judged again
     assert (row["tp"], row["fp"], row["tn"], row["fn"]) == (1, 1, 1, 0) and row["enriched"]

@@ -20,7 +20,7 @@ FLOORS = {
 # read by the inference API; the backend registry builds the simulated world's backend (`make_backend("sim")`);
 # the corpus collector guards its directory as the evaluation harness guards its own.
 ALLOWED_SIDEWAYS = {("dear.infer", "dear.export"), ("dear.infer", "dear.regulator"), ("envs", "dear.regulator"),
-                    ("dear.llm.registry", "dear.sim.backend"), ("simworld.corpus", "eval.settings_guard")}
+                    ("dear.llm.registry", "dear.sim.backend"), ("simworld", "eval.settings_guard")}
 # Old module paths kept as thin aliases (a FutureWarning, then the new code): each may import what replaced it.
 ALIASES = {
     "dear.llm.sim": ("dear.sim",),

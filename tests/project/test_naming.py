@@ -211,7 +211,7 @@ def test_the_training_env_takes_the_exchange_layout_from_the_config():
     from dear.sim import SimBackend
 
     assert load_config("sim-stylised").env.layout == DebateConfig.layout  # one default, the engine's
-    cfg = load_config("sim-stylised", ["env.layout=multiturn", "rollout.envs_per_worker=2", "rollout.episodes_per_iter=2"])
+    cfg = load_config("sim-stylised", ["env.layout=multiturn", "rollout.envs_per_worker=2", "rollout.group_size=1", "rollout.episodes_per_iter=2"])
     venv = make_vector_env(cfg, SimBackend())
     assert venv.core.engine.config.layout == "multiturn"
     venv.close()

@@ -16,7 +16,7 @@ from train.happo import build_config, parse_args
 from train.runner import Trainer
 from tests.train.test_train_algorithm import V, _batch
 
-SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=4",
+SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=4", "rollout.group_size=1",
          "rollout.episodes_per_iter=4", "run.iterations=1"]
 
 

@@ -180,7 +180,7 @@ def test_cli_rejects_config_with_resume_and_bad_episode_counts(tmp_path, capsys)
 def test_interrupted_iteration_keeps_finished_chunks_and_resume_is_bit_identical(tmp_path, capsys):
     """SIGINT after 2 of the 4 chunks of iteration 2: the 2 chunks are kept on disk, --resume reuses them
     (no recollection) and the run ends bit-identical to an uninterrupted one (weights, optimiser, metrics)."""
-    extra = ["run.iterations=3", "rollout.envs_per_worker=4", "run.checkpoint_every=100"]
+    extra = ["run.iterations=3", "rollout.envs_per_worker=4", "rollout.group_size=1", "run.checkpoint_every=100"]
     _train(tmp_path / "a", *extra)
 
     tr = Trainer(_cfg(*extra), run_dir=tmp_path / "b")
@@ -224,7 +224,7 @@ def test_kept_chunks_are_reused_only_for_the_same_weights_and_skip_failed_debate
     from train.build import make_policy
     from train.workers import LocalPool, make_chunks
 
-    cfg = _cfg("rollout.envs_per_worker=4", "llm.options.fail_rate=0.05")
+    cfg = _cfg("rollout.envs_per_worker=4", "rollout.group_size=1", "llm.options.fail_rate=0.05")
     weights = make_policy(cfg).state_dict()
     chunks = make_chunks(cfg, 0)
     pool = LocalPool(cfg)
@@ -308,7 +308,7 @@ def test_interrupted_ray_iteration_resumes_to_the_uninterrupted_local_run(tmp_pa
     """The same stop on real Ray rollout actors (2 workers): finished chunks arrive out of order, are kept, and
     the resumed run equals an uninterrupted in-process run bit for bit (chunks depend only on their seeds)."""
     ray = pytest.importorskip("ray")
-    extra = ["run.iterations=3", "rollout.envs_per_worker=4", "run.checkpoint_every=100"]
+    extra = ["run.iterations=3", "rollout.envs_per_worker=4", "rollout.group_size=1", "run.checkpoint_every=100"]
     _train(tmp_path / "local", *extra)
     ray_extra = [*extra, "rollout.num_workers=2", "rollout.worker_num_cpus=0.1"]
     try:

@@ -67,3 +67,27 @@ def test_sim_is_built_lazily():
     pytest.importorskip("dear.llm.sim")
     backend = make_backend("sim")
     assert backend.synthetic
+
+
+@pytest.mark.parametrize("prog", ["dear.infer", "eval.run", "simworld.fresh_samples", "dear.serve"])
+def test_a_bad_spec_is_refused_while_the_flags_are_parsed(prog, monkeypatch, capsys):
+    """Every CLI checks --llm before anything loads: an argparse error (exit 2) naming the spec, one line."""
+    import importlib
+
+    import dear.llm.registry as registry
+
+    monkeypatch.setattr(registry, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
+    mod = importlib.import_module(prog if prog != "dear.serve" else "dear.serve.__main__")
+    extra = ["--benchmarks", "gsm8k"] if prog == "eval.run" else []
+    with pytest.raises(SystemExit) as stop:
+        mod.main(["--llm", "locl", *extra])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --llm: unknown LLM backend spec 'locl'" in err and "valid: local |" in err
+
+
+def test_check_spec_accepts_every_form_make_backend_builds():
+    from dear.llm.registry import check_spec
+
+    for spec in ("local", "local:/x.gguf", "smoke", "sim", " sim ", "openai:http://h:1/v1#m", "vllm:Qwen/Q"):
+        assert check_spec(spec) == spec.strip()

@@ -1,0 +1,112 @@
+"""eval.run's adaptive self-consistency (`adaptive-sc-2`, `adaptive-sc-3`): read from the stored wide round 0
+without generating anything, cut to the answers the rule reads, voted like every method, equal to the engine's
+AdaptiveSCProtocol, and reported like every method. Against a scripted backend whose answer depends only on the
+request, as a real model's sample does (the sim backend draws a fresh turn with the drawing agent's own random
+stream, so its fresh sample k is round-0 agent k only in distribution)."""
+
+from __future__ import annotations
+
+import csv
+import zlib
+from pathlib import Path
+
+import pytest
+
+from dear import tasks
+from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.protocols import AdaptiveSCProtocol
+from dear.debate.sampling_rules import Samples, rule_outcome
+from dear.debate.trace import read_jsonl
+from eval import methods as M
+from eval import run as eval_run
+from tests.dear.debate.test_debate_engine import FakeBackend, answer_text
+
+N, SC = 8, 7
+GOLD = {q.question: q.gold for q in tasks.load("gsm8k", n=N, seed=0)}
+
+
+def by_seed(request) -> str:
+    """An answer that depends only on the request (its seed and prompt): the gold one time in two, else one of two
+    wrong answers."""
+    h = zlib.crc32(f"{request.seed}|{request.messages[-1].content}".encode()) % 4
+    gold = GOLD[request.metadata["question_text"]]
+    return answer_text(request.metadata["agent"], request.metadata["round"], gold if h < 2 else f"{gold}{h}")
+
+
+def _args(out: Path, methods: str, *extra: str) -> list[str]:
+    # --llm names a valid spec; the scripted backend passed to eval.run is what answers
+    return ["--benchmarks", "gsm8k", "--n", str(N), "--llm", "sim", "--methods", methods, "--seed", "0",
+            "--out", str(out), "--batch", "3", "--sc-samples", str(SC), "--n-boot", "100", "--max-tokens", "384",
+            "--no-cache", "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """sc first (it stores the 7-wide round 0), then the adaptive methods in the same directory."""
+    out = tmp_path_factory.mktemp("adaptive") / "res"
+    eval_run.main(_args(out, "cot,sc,majority"), backend=FakeBackend(by_seed))
+    backend = FakeBackend(by_seed)
+    results = eval_run.main(_args(out, "cot,sc,majority,adaptive-sc-2,adaptive-sc-3"), backend=backend)
+    return out, results, backend
+
+
+def test_the_adaptive_methods_read_the_stored_round0_and_generate_nothing(evaluated):
+    out, _, backend = evaluated
+    assert backend.calls == []
+    round0 = {t.question_id: t for t in read_jsonl(out / "traces" / "gsm8k" / "round0.jsonl")}
+    assert {t.n_agents for t in round0.values()} == {SC}
+    used = set()
+    for rule in ("adaptive-sc-2", "adaptive-sc-3"):
+        for t in read_jsonl(out / "traces" / "gsm8k" / f"{rule}.jsonl"):
+            stored = round0[t.question_id].rounds[0]
+            want = rule_outcome(Samples.of_turns(stored), rule)
+            assert [x.text for x in t.rounds[0]] == [x.text for x in stored[:want.used]]
+            assert len(t.rounds) == 1 and t.protocol == rule
+            assert t.final_score == pytest.approx(want.score)
+            assert t.prompt_tokens + t.completion_tokens == want.tokens  # charged only the answers it read
+            used.add(want.used)
+    assert len(used) > 1  # questions read different prefixes
+    scores = {t.final_score for t in read_jsonl(out / "traces" / "gsm8k" / "adaptive-sc-2.jsonl")}
+    assert len(scores) > 1  # right and wrong votes (and ties) alike
+
+
+def test_the_adaptive_methods_decide_as_the_engines_protocol(evaluated):
+    """AdaptiveSCProtocol draws fresh samples in exchange rounds; fresh sample k is round-0 agent k of the stored
+    wide round 0, so the engine's debates and the offline cut score alike."""
+    out, _, _ = evaluated
+    qs = tasks.load("gsm8k", n=N, seed=0)
+    engine = DebateEngine(FakeBackend(by_seed), DebateConfig(n_agents=3, n_rounds=0, max_tokens=384, seed=0))
+    for agree in (2, 3):
+        offline = {t.question_id: t for t in read_jsonl(out / "traces" / "gsm8k" / f"adaptive-sc-{agree}.jsonl")}
+        for d in engine.run(qs, AdaptiveSCProtocol(3, agree=agree, max_samples=SC)):
+            t = offline[d.question.id]
+            assert d.trace.final_score == pytest.approx(t.final_score)
+            assert d.n_samples == len(t.rounds[0])
+            assert d.trace.vote_counts == t.vote_counts
+
+
+def test_the_report_treats_them_like_every_method(evaluated):
+    out, results, _ = evaluated
+    assert [r.method for r in results] == ["cot", "sc", "majority", "adaptive-sc-2", "adaptive-sc-3"]
+    md = (out / "summary.md").read_text()
+    for label in ("Adaptive SC (until 2 agree)", "Adaptive SC (until 3 agree)"):
+        rows = [line for line in md.splitlines() if line.startswith(f"| {label} |")]
+        assert len(rows) >= 4  # the summary table, the detail table, the paired differences to sc, majority, cot
+    assert "adaptive self-consistency = the first V" in md
+    with open(out / "summary.csv") as f:
+        assert [r["method"] for r in csv.DictReader(f)][-2:] == ["adaptive-sc-2", "adaptive-sc-3"]
+
+
+def test_round0_width_and_sc_samples_checks(tmp_path):
+    assert M.round0_width(["adaptive-sc-2"], 3, 7) == 7 == M.round0_width(["sc", "mad"], 3, 7)
+    assert M.round0_width(["cot", "majority", "mad", "dear"], 3, 7) == 3
+    # the default list reads the same round 0 with the adaptive methods as without them (sc is in it)
+    plain = [m for m in M.DEFAULT_METHODS if not M.METHODS[m].rule]
+    assert "adaptive-sc-2" in M.DEFAULT_METHODS and M.round0_width(M.DEFAULT_METHODS, 3, 9) == M.round0_width(plain, 3, 9)
+    eval_run.main(_args(tmp_path / "alone", "adaptive-sc-3"), backend=FakeBackend(by_seed))
+    (t,) = {t.n_agents for t in read_jsonl(tmp_path / "alone" / "traces" / "gsm8k" / "round0.jsonl")}
+    assert t == SC
+    bad = _args(tmp_path / "bad", "adaptive-sc-3")
+    bad[bad.index("--sc-samples") + 1] = "2"
+    with pytest.raises(ValueError, match=r"'adaptive-sc-3' .* needs --sc-samples >= 3, got 2"):
+        eval_run.main(bad)
