@@ -76,7 +76,7 @@ def make_config(url: str, workers: int, episodes: int, envs_per_worker: int, max
 
     cfg = load_config("sim-stylised", [
         "llm.preset=openai", f"llm.url={url}", f"llm.max_tokens={max_tokens}", "env.encoder=hashing",
-        f"rollout.num_workers={workers}", f"rollout.envs_per_worker={envs_per_worker}",
+        f"rollout.num_workers={workers}", f"rollout.envs_per_worker={envs_per_worker}", "rollout.group_size=1",
         f"rollout.episodes_per_iter={episodes}", "rollout.worker_num_cpus=0.1", "rollout.engine_num_cpus=0.1",
         "llm.placement=engine"])
     cfg.llm.options = {"max_concurrency": 64}  # sim-stylised.yaml's options are the sim's; the HTTP client gets its own

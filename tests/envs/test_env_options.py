@@ -156,7 +156,7 @@ def test_the_fitted_world_trains_and_its_export_says_so(tmp_path):
     from train.config import load_config
     from train.runner import Trainer
 
-    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.envs_per_worker=8",
+    cfg = load_config("sim", [f"run.out_dir={tmp_path}", "logging.progress=false", "rollout.envs_per_worker=8", "rollout.group_size=1",
                               "rollout.episodes_per_iter=8", "run.iterations=1"])
     t = Trainer(cfg, run_dir=tmp_path / "run")
     result = t.train()

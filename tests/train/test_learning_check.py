@@ -13,7 +13,7 @@ from train import learning_check as lc
 from train.config import load_config
 from train.evaluate import evaluate
 
-TINY = ["run.iterations=1", "rollout.episodes_per_iter=8", "rollout.envs_per_worker=8"]
+TINY = ["run.iterations=1", "rollout.episodes_per_iter=8", "rollout.envs_per_worker=8", "rollout.group_size=1"]
 
 
 def _main(out, *extra):

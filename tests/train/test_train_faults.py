@@ -22,7 +22,7 @@ from train.happo import CODES, ERRORS, PROG, main
 from train.partial import PARTIAL_DIR
 from train.runner import RunDirError, Trainer
 
-SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
+SMALL = ["logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8", "rollout.group_size=1",
          "rollout.episodes_per_iter=16", "run.checkpoint_every=1", "happo.num_minibatches=2"]
 
 

@@ -12,7 +12,7 @@ from train.config import ConfigError, load_config
 from train.happo import main
 from train.runner import Trainer, TrainingError
 
-SMALL = ["run.out_dir={out}", "logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8",
+SMALL = ["run.out_dir={out}", "logging.progress=false", "rollout.num_workers=0", "rollout.envs_per_worker=8", "rollout.group_size=1",
          "rollout.episodes_per_iter=16", "run.checkpoint_every=1", "happo.num_minibatches=2"]
 
 

@@ -107,7 +107,7 @@ def export_sim_policy(tmp: Path) -> Path:
     from train.runner import Trainer
 
     cfg = load_config("sim-stylised", [f"run.out_dir={tmp}", "logging.progress=false", "rollout.num_workers=0",
-                              "rollout.envs_per_worker=8", "rollout.episodes_per_iter=8", "run.iterations=1"])
+                              "rollout.envs_per_worker=8", "rollout.group_size=1", "rollout.episodes_per_iter=8", "run.iterations=1"])
     trainer = Trainer(cfg, run_dir=tmp / "run")
     trainer.train()
     trainer.close()
