@@ -99,6 +99,9 @@ def describe(questions: Sequence[Samples]) -> dict[str, Any]:
         "width": width,
         "sample_accuracy": float(n_correct.mean() / width),
         "first3_unanimous": float(np.mean(first3)),
+        # by the slot a sample would take in a V = 3 debate (k mod 3): the sim gives each slot its own fitted skill
+        "accuracy_by_slot": [float(np.mean([c for s in questions for k, c in enumerate(s.correct[:width])
+                                            if k % ROUND0_AGENTS == slot])) for slot in range(ROUND0_AGENTS)],
         "correct_per_question": [int((n_correct == k).sum()) for k in range(width + 1)],
         "wrong_pairs": pairs,
         "wrong_pairs_same_answer": float(same / pairs) if pairs else float("nan"),
@@ -159,6 +162,9 @@ def report(real: Sequence[Samples], sim: Sequence[Samples], meta: dict[str, Any]
         "| shape | real | sim (synthetic) |",
         "|---|---|---|",
         f"| one sample's accuracy | {100 * d_real['sample_accuracy']:.1f} % | {100 * d_sim['sample_accuracy']:.1f} % |",
+        "| one sample's accuracy by debate slot (sample k in slot k mod 3) | "
+        + " / ".join(f"{100 * a:.1f} %" for a in d_real["accuracy_by_slot"]) + " | "
+        + " / ".join(f"{100 * a:.1f} %" for a in d_sim["accuracy_by_slot"]) + " |",
         f"| first 3 samples unanimous (MAD-stop stops) | {100 * d_real['first3_unanimous']:.1f} % | "
         f"{100 * d_sim['first3_unanimous']:.1f} % |",
         f"| two wrong samples give the same answer | {100 * d_real['wrong_pairs_same_answer']:.1f} % "

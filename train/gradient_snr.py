@@ -5,8 +5,9 @@ each action dimension, at a chosen point of the policy space (synthetic worlds m
     python -m train.gradient_snr --config sim-stylised --batches 8 --at p=0,T=0.1,top_p=0.9
 
 For every batch of `rollout.episodes_per_iter` debates (the trainer's own collection, seeds of iterations
-0, 1, ...), it takes the advantages HAPPO uses (GAE on the untrained critic, normalised over the batch: at the
-start this is the shaped return minus its mean) and the score-function gradient of the clipped objective at
+0, 1, ...), it takes the advantages HAPPO uses (GAE on the untrained critic — with `rollout.group_size` > 1
+centred on each debate's group, train/group_baseline.py — normalised over the batch: at the start and without
+groups this is the shaped return minus its mean) and the score-function gradient of the clipped objective at
 ratio 1 with respect to three directions of the policy:
 
 - `T`, `top-p`: the behavior Gaussian's mean (raw units), every agent moved together;
