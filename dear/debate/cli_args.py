@@ -62,11 +62,14 @@ def backend_specs() -> str:
 
 
 def _backend_spec(text: str) -> str:
-    """--llm checked while the flags are parsed, before anything loads."""
+    """--llm checked while the flags are parsed, before anything loads (each spec of a comma-separated per-agent
+    list; the command checks the list's length)."""
     try:
-        return check_spec(text)
+        for spec in text.split(","):
+            check_spec(spec)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    return text.strip()
 
 
 def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag = "local", llm_note: str = "",
