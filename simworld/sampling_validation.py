@@ -27,6 +27,7 @@ Writes `--out` (default SAMPLES/validation): `sampling_validation.md` and `.json
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -200,10 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     require_at_least(a, 1, "sim_questions")
     t0 = time.perf_counter()
     samples_dir = Path(a.samples)
-    settings = yaml.safe_load((samples_dir / "settings.json").read_text()) if (samples_dir / "settings.json").exists() \
-        else None
-    if settings is None:
+    if not (samples_dir / "settings.json").exists():
         raise FileNotFoundError(f"{samples_dir}/settings.json: not a simworld.fresh_samples directory")
+    settings = json.loads((samples_dir / "settings.json").read_text())
     real = real_samples(samples_dir)
     sim = sim_samples(Path(a.world), a.sim_questions, settings["width"], settings, a.seed)
     meta = {"command": command_line(PROG, argv), "samples": str(samples_dir), "world": a.world, "seed": a.seed,

@@ -136,7 +136,7 @@ class HAPPO:
         values = self.values(batch.state)
         last = torch.zeros_like(values[:, -1])
         gae = compute_gae(batch.rewards, values, batch.dones, last, self.cfg.gamma, self.cfg.gae_lambda)
-        if batch.group is None or torch.unique(batch.group).numel() == batch.num_episodes:
+        if batch.group is None:  # a batch saved before groups existed
             return gae
         return replace(gae, advantages=group_centred(gae.advantages, batch.group, batch.valid))
 
