@@ -371,19 +371,15 @@ class Evaluator:
         A widened row keeps the stored answers and adds the new agents' answers."""
         stored = self.results.round0(benchmark)
         width = self.round0_width
-        missing = [q for q in questions if q.id not in stored or stored[q.id].n_agents < width]
-        if missing:
+        missing = [q for q in questions if q.id not in stored]
+        narrow = [q for q in questions if q.id in stored and stored[q.id].n_agents < width]
+        if missing or narrow:
             engine = DebateEngine(self.backend(), replace(self.base, n_agents=width, n_rounds=0))
-            fresh = engine.start(missing, n_rounds=0, protocol=ROUND0)
-            rows = []
-            for d in fresh:
-                old = stored.get(d.question.id)
-                if old is not None and not d.failed:  # widen: keep the stored answers (shared already)
-                    turns = old.rounds[0] + d.trace.rounds[0][old.n_agents:]
-                    d = DebateEngine(self.backend(), replace(self.base, n_agents=width, n_rounds=0)) \
-                        .start_from_round0([d.question], [turns], n_rounds=0, protocol=ROUND0)[0]
-                d.trace.protocol = ROUND0
-                rows.append(d.trace)
+            fresh = engine.start(missing, n_rounds=0, protocol=ROUND0) if missing else []
+            # widen: keep the stored answers (methods already share them) and generate only the new agents
+            wide = engine.widen_round0(narrow, [stored[q.id].rounds[0] for q in narrow], protocol=ROUND0) \
+                if narrow else []
+            rows = [d.trace for d in fresh + wide]
             self.results.append_round0(benchmark, rows)
             n_failed = sum(t.failed for t in rows)
             if n_failed:

@@ -385,6 +385,37 @@ class DebateEngine:
             self._record_round(d, [replace(t) for t in turns])
         return debates
 
+    def widen_round0(
+        self,
+        questions: Sequence[Question],
+        stored_turns: Sequence[Sequence[AgentTurn]],
+        protocol: str = "",
+    ) -> list[Debate]:
+        """Round-0-only debates of `n_agents` agents that keep each question's stored turns (agents 0..k-1,
+        k < n_agents) and generate only agents k..n_agents-1 (one generate call per backend). Each new request is
+        the one a full round 0 would send (its seed depends on debate and agent alone), so a widened row equals
+        a row generated wide, without paying again for the stored answers."""
+        if len(stored_turns) != len(questions):
+            raise ValueError(f"stored_turns has {len(stored_turns)} entries for {len(questions)} questions")
+        cfg = self.config
+        debates = self.create(questions, None, 0, protocol)
+        pending = []
+        for d, turns in zip(debates, stored_turns):
+            if [t.agent for t in turns] != list(range(len(turns))) or len(turns) >= cfg.n_agents \
+                    or any(t.round != 0 for t in turns):
+                raise ValueError(f"stored_turns of {d.debate_id}: need round-0 turns of agents 0..k-1 in order "
+                                 f"with k < {cfg.n_agents}, got agents {[t.agent for t in turns]}")
+            messages = prompts.round0_messages(d.question, cfg.system_prompt)
+            for i in range(len(turns), cfg.n_agents):
+                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
+        new: dict[int, list[AgentTurn]] = {}
+        for p, c in zip(pending, self._generate_all(pending) if pending else []):
+            new.setdefault(id(p.debate), []).append(self._make_turn(p, c))
+        for d, turns in zip(debates, stored_turns):
+            added = sorted(new.get(id(d), []), key=lambda t: t.agent)
+            self._record_round(d, [replace(t) for t in turns] + added)
+        return debates
+
     def step(self, debates: Sequence[Debate], controls: Sequence[RoundControl], attempt: int = 0) -> None:
         """Run the next exchange round for every unfinished debate (one generate call per backend).
         `attempt` > 0 marks a redone round (see `redo_last_round`)."""

@@ -198,12 +198,22 @@ def test_round0_is_stored_once_widened_and_verified(tmp_path):
     r0_path = out / "traces" / "synthetic" / "round0.jsonl"
     first = {t.question_id: t for t in read_jsonl(r0_path)}
     assert len(first) == 4 and all(t.n_agents == 3 for t in first.values())
-    # adding self-consistency with 5 samples widens round 0, keeping the stored answers
-    eval_run.main(args(out, "--sc-samples", "5", methods="majority,mad,sc"), backend=be)
+    # adding self-consistency with 5 samples widens round 0, keeping the stored answers and asking only for the
+    # new agents' samples, which equal those of a round 0 generated 5 wide at once
+    sent = []
+    counting = SimBackend()
+    counting_generate = counting.generate
+    counting.generate = lambda reqs: (sent.extend(reqs), counting_generate(reqs))[1]
+    eval_run.main(args(out, "--sc-samples", "5", methods="majority,mad,sc"), backend=counting)
     wide = {t.question_id: t for t in read_jsonl(r0_path)}
     assert all(t.n_agents == 5 for t in wide.values())
+    assert sorted(r.metadata["agent"] for r in sent if r.metadata["round"] == 0) == [3] * 4 + [4] * 4
     for qid, t in first.items():
         assert [a.text for a in wide[qid].rounds[0][:3]] == [a.text for a in t.rounds[0]]
+    at_once = tmp_path / "at-once"
+    eval_run.main(args(at_once, "--sc-samples", "5", methods="sc"), backend=SimBackend())
+    for t in read_jsonl(at_once / "traces" / "synthetic" / "round0.jsonl"):
+        assert [(a.text, a.seed) for a in t.rounds[0]] == [(a.text, a.seed) for a in wide[t.question_id].rounds[0]]
     sc = {t.question_id: t for t in read_jsonl(out / "traces" / "synthetic" / "sc.jsonl")}
     assert all([a.text for a in sc[q].rounds[0]] == [a.text for a in wide[q].rounds[0]] for q in sc)
     # a method whose round 0 differs from the stored one fails the run, naming it
