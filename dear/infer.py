@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_output_args, add_policy_args
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.picture import write_html
+from dear.debate.profiles import AgentProfile, backend_specs, on_backend
 from dear.debate.trace import DebateTrace, write_jsonl
 from dear.deprecation import renamed_keyword
 from dear.evidence import make_encoder
@@ -70,25 +71,37 @@ class InferenceResult:
 
 
 class RegulatedDebater:
-    """Runs DEAR-regulated debates with an exported policy on one backend (closes what it opened)."""
+    """Runs DEAR-regulated debates with an exported policy on one backend, or with `agent_profiles` (one per agent,
+    dear/debate/profiles.py) on the backends they name, `llm` serving the profiles that name none (closes what it
+    opened)."""
 
     def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, n_rounds: int | None = None,
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
-                 **backend_options):
+                 agent_profiles: Sequence[AgentProfile] | None = None, **backend_options):
         n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # old keyword
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
+        key = llm if isinstance(llm, str) else "llm"  # the profiles' name of `llm`
+        profiles = on_backend(agent_profiles, key) if agent_profiles else None
+        if profiles and len(profiles) != self.exported.n_agents:
+            raise ValueError(f"agent profiles list {len(profiles)} agents but the policy debates with "
+                             f"V={self.exported.n_agents}")
         self.config = DebateConfig(n_agents=self.exported.n_agents,
                                    n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
-                                   silent=self.exported.silent, decision=self.exported.decision)
+                                   silent=self.exported.silent, decision=self.exported.decision,
+                                   agent_profiles=profiles)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
         self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)
         self.encoder = make_encoder(self.encoder_spec)
         self._owns_backend = not isinstance(llm, Backend)
         backend = make_backend(llm, **backend_options) if isinstance(llm, str) else llm
         self.backend = CachedBackend(backend, cache) if cache else backend
-        self.engine = DebateEngine(self.backend, self.config)
+        # The other backends the profiles name: built here, always closed here
+        self.extra_backends = {spec: _profile_backend(spec, cache, backend_options)
+                               for spec in backend_specs(profiles or ()) if spec != key}
+        self.engine = DebateEngine({key: self.backend, **self.extra_backends} if self.extra_backends else self.backend,
+                                   self.config)
         if self.transfer:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
                         self.exported.path)
@@ -119,12 +132,20 @@ class RegulatedDebater:
     def close(self) -> None:
         if self._owns_backend:
             self.backend.close()
+        for b in self.extra_backends.values():
+            b.close()
 
     def __enter__(self) -> RegulatedDebater:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _profile_backend(spec: str, cache: str | Path | None, options: Mapping[str, object]) -> Backend:
+    """A backend an agent profile names; the llama.cpp options (n_parallel, n_ctx) only for llama.cpp kinds."""
+    backend = make_backend(spec, **(dict(options) if spec.split(":")[0] in ("local", "smoke") else {}))
+    return CachedBackend(backend, cache) if cache else backend
 
 
 def inference_result(debate: Debate, controls: list[RegulatorRecord]) -> InferenceResult:
@@ -173,7 +194,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--answer-field", help="gold answers in the JSONL: grade and print accuracy")
     p.add_argument("--choices-field", help="options field for --kind choice in the JSONL")
     p.add_argument("--id-field", help="question id field in the JSONL (default: line number)")
-    backend = add_backend_args(p, parallel_note="default: questions x agents, at most 16")
+    backend = add_backend_args(p, parallel_note="default: questions x agents, at most 16", agent_profiles=True)
     backend.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
     add_debate_args(p, n_agents=OMIT, n_rounds=None, n_rounds_note="default: the policy's training setting",
                     sampling=True, sampling_note="round 0 (the policy sets the later rounds)")
@@ -204,10 +225,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     with RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens, temperature=a.temperature,
                           top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache,
-                          allow_encoder_mismatch=a.allow_encoder_mismatch, **options) as debater:
+                          allow_encoder_mismatch=a.allow_encoder_mismatch, agent_profiles=a.agent_profiles,
+                          **options) as debater:
         tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.transfer else ""
+        profiles = debater.config.agent_profiles
         print(f"{len(questions)} question(s), V={debater.config.n_agents}, rounds={debater.config.n_rounds}, "
-              f"llm={a.llm}{tag}", flush=True)
+              f"llm={a.llm}{tag}" + (f", agents {', '.join(p.name for p in profiles)}" if profiles else ""),
+              flush=True)
         # The debates run in lockstep, so progress counts rounds; tokens and elapsed time move within a round.
         with LiveProgress(debater.config.n_rounds + 1, f"{len(questions)} debate(s)", unit="round",
                           tokens=GENERATED_TOKENS.total) as progress:

@@ -41,8 +41,8 @@ BehaviorMap = Literal["sigmoid", "clip"]
 BehaviorMode = Literal["learned", "fixed"]
 FusionRule = Literal["dst", "mean"]
 ActionSet = Literal["paper", "extended"]
-KindsMode = Literal["learned", "revise", "keep", "fresh"]
-StopMode = Literal["learned", "never", "agree"]
+KindsMode = Literal["learned", "revise", "keep", "fresh", "fresh-one", "random"]
+StopMode = Literal["learned", "never", "agree", "random"]
 
 # Turn kinds of the extended action set, in the order of the kind head's logits (= dear.debate.engine.TURN_KINDS).
 KINDS = ("revise", "keep", "fresh")
@@ -420,9 +420,15 @@ class PolicyConfig:
     selection_bias_init: float = 0.0  # initial logit of every pair (0: p = 0.5)
     # "paper": pairs + (T, top-p); "extended": also a turn kind per agent (revise / keep / fresh) and a stop
     actions: ActionSet = "paper"
-    kinds_mode: KindsMode = "learned"  # extended: learned, or one kind for every agent (baselines: fresh = SC)
-    stop_mode: StopMode = "learned"  # extended: learned, never, or agree (stop once the leader has stop_agree)
+    # extended: learned, or one kind for every agent (baselines: fresh = SC), or fresh-one: agent 0 draws a fresh
+    # sample and the others keep (one sample a round: with stop_mode agree, adaptive SC), or random (random_kinds)
+    kinds_mode: KindsMode = "learned"
+    stop_mode: StopMode = "learned"  # extended: learned, never, agree (stop once the leader has stop_agree), random
     stop_agree: float = 1.0  # stop_mode="agree": stop when the vote's leader holds >= stop_agree * V answers
+    # The random controls (eval's frequency-matched random policy sets them per round): each agent's kind drawn
+    # with probabilities random_kinds (KINDS order), the debate stopped with probability random_stop.
+    random_kinds: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+    random_stop: float = 0.0
 
     def __post_init__(self):
         if self.selection_mode not in ("learned", "full", "random"):
@@ -436,10 +442,16 @@ class PolicyConfig:
         if self.n_agents < 2:
             raise ValueError(f"n_agents must be >= 2, got {self.n_agents}")
         for name, value, allowed in (("actions", self.actions, ("paper", "extended")),
-                                     ("kinds_mode", self.kinds_mode, ("learned", *KINDS)),
-                                     ("stop_mode", self.stop_mode, ("learned", "never", "agree"))):
+                                     ("kinds_mode", self.kinds_mode, ("learned", *KINDS, "fresh-one", "random")),
+                                     ("stop_mode", self.stop_mode, ("learned", "never", "agree", "random"))):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {value!r}")
+        self.random_kinds = tuple(float(x) for x in self.random_kinds)
+        if len(self.random_kinds) != len(KINDS) or min(self.random_kinds) < 0 or abs(sum(self.random_kinds) - 1) > 1e-6:
+            raise ValueError(f"random_kinds must be {len(KINDS)} probabilities ({'/'.join(KINDS)}) summing to 1, "
+                             f"got {self.random_kinds}")
+        if not 0.0 <= self.random_stop <= 1.0:
+            raise ValueError(f"random_stop must be in [0, 1], got {self.random_stop}")
         self.temperature_range = tuple(float(x) for x in self.temperature_range)
         self.top_p_range = tuple(float(x) for x in self.top_p_range)
 
@@ -581,12 +593,20 @@ class JointPolicy(nn.Module):
         pairs, kinds, stop = dist.mode() if deterministic else dist.sample()
         if c.selection_mode != "learned":
             pairs = self._select(selection_obs, deterministic)[0]
-        if c.kinds_mode != "learned":
+        if c.kinds_mode == "fresh-one":  # one new sample a round (which agent draws it does not change it)
+            kinds = torch.full_like(kinds, KINDS.index("keep"))
+            kinds[:, 0] = KINDS.index("fresh")
+        elif c.kinds_mode == "random":
+            probs = torch.tensor(c.random_kinds).expand(kinds.numel(), len(KINDS))
+            kinds = torch.multinomial(probs, 1, generator=self._generator).view_as(kinds).to(kinds.device)
+        elif c.kinds_mode != "learned":
             kinds = torch.full_like(kinds, KINDS.index(c.kinds_mode))
         if c.stop_mode == "never":
             stop = torch.zeros_like(stop)
         elif c.stop_mode == "agree":  # the leader's votes / V is a selection feature; 1e-6 absorbs rounding
             stop = (selection_obs[:, LEADER_FEATURE] >= c.stop_agree - 1e-6).to(stop.dtype)
+        elif c.stop_mode == "random":
+            stop = (torch.rand(stop.shape, generator=self._generator) < c.random_stop).to(stop)
         pairs = pairs * dist.pair_weights(kinds) * (1.0 - stop).unsqueeze(-1)  # only the pairs that act
         return pairs, kinds, stop, dist.log_prob(pairs, kinds, stop), dist.entropy()
 

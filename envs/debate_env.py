@@ -44,6 +44,7 @@ from gymnasium import spaces
 
 from dear import tasks
 from dear.debate.engine import DECISIONS, Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
+from dear.debate.profiles import AgentProfile, as_profiles
 from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
 from dear.deprecation import renamed_keyword
@@ -90,6 +91,9 @@ class DebateEnvConfig:
     actions: str = "paper"
     decision: str = "last-round"  # the final vote's rule (dear.debate.engine.DECISIONS)
     seed: int = 0  # seeds question loading and the engine's per-request seeds
+    # Per-agent reply style and token limit (dear/debate/profiles.py), one per agent; None = the paper's agents.
+    # Every agent runs on the env's one backend (`llm`), so a profile names no backend here.
+    agent_profiles: tuple[AgentProfile, ...] | None = None
 
     def __post_init__(self):
         if self.n_agents < 2:
@@ -117,6 +121,14 @@ class DebateEnvConfig:
         if isinstance(self.answer_aware, bool) or not 0.0 <= float(self.answer_aware) <= 1.0:
             raise ValueError(f"answer_aware must be a weight in [0, 1], got {self.answer_aware!r}")
         self.answer_aware = float(self.answer_aware)
+        if self.agent_profiles is not None:
+            self.agent_profiles = as_profiles(self.agent_profiles, "agent_profiles")
+            if len(self.agent_profiles) != self.n_agents:
+                raise ValueError(f"agent_profiles has {len(self.agent_profiles)} profiles for n_agents={self.n_agents}")
+            named = [k for k, p in enumerate(self.agent_profiles) if p.backend is not None]
+            if named:
+                raise ValueError(f"agent_profiles[{named[0]}].backend: the env runs every agent on its one backend "
+                                 f"(llm); leave the profile's backend unset")
 
 
     @classmethod
@@ -226,6 +238,7 @@ class DebateCore:
                 layout=cfg.layout,
                 silent=bool(cfg.silent),
                 decision=cfg.decision,
+                agent_profiles=cfg.agent_profiles,
             ),
         )
         v = cfg.n_agents
@@ -444,6 +457,7 @@ class DebateEnv(gym.Env):
         actions: str = "paper",
         decision: str = "last-round",
         seed: int = 0,
+        agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,

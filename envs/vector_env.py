@@ -36,6 +36,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from dear.debate.engine import Debate, DebateConfig
+from dear.debate.profiles import AgentProfile
 from dear.evidence import Encoder
 from dear.llm.base import Backend
 from dear.policy import DEFAULT_TOP_P_RANGE
@@ -79,6 +80,7 @@ class DebateVectorEnv(VectorEnv):
         actions: str = "paper",
         decision: str = "last-round",
         seed: int = 0,
+        agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,

@@ -36,6 +36,7 @@ from dear.debate.trace import AgentTurn
 from dear.llm.base import Backend
 from dear.tasks.types import Question
 from dear.policy import JointPolicy, PolicyConfig
+from eval.action_frequencies import ActionFrequencies
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ METHODS: dict[str, MethodSpec] = {
                    fusion="mean", ablates="dear"),
         MethodSpec("dear-random-mask", "DEAR random-mask", "dear",
                    "random mask whose per-round density is DEAR's realized density on the benchmark "
-                   "+ learned behavior", selection_mode="random", ablates="dear"),
+                   "+ learned behavior (an extended policy: stop, kinds and a reviser's pairs drawn at DEAR's "
+                   "per-round frequencies)", selection_mode="random", ablates="dear"),
     )
 }
 DEFAULT_METHODS = tuple(METHODS)
@@ -148,12 +150,20 @@ class Checkpoint:
         """A DEAR method's label with the policy's training world, e.g. "DEAR (sim-trained)"."""
         return f"{spec.label} ({self.world})"
 
+    @property
+    def extended(self) -> bool:
+        """Whether the policy plays the extended action set (turn kinds and a stop)."""
+        return self.policy_config.actions == "extended"
+
     def policy(self, spec: MethodSpec | None = None, seed: int = 0) -> JointPolicy:
-        """The policy, with the method's ablation switches applied to the same weights."""
+        """The policy, with the method's ablation switches applied to the same weights (the random control of an
+        extended policy also draws its kinds and stop at random)."""
         cfg = self.policy_config
         if spec is not None:
             cfg = replace(cfg, selection_mode=spec.selection_mode, behavior_mode=spec.behavior_mode,
                           fusion=spec.fusion, seed=seed)
+            if spec.selection_mode == "random" and self.extended:
+                cfg = replace(cfg, kinds_mode="random", stop_mode="random")
         pol = JointPolicy(cfg)
         try:
             pol.load_state_dict(self.state_dict)
@@ -289,10 +299,13 @@ class MethodRun:
 @dataclass
 class DensityMatched:
     """The random-mask control: before exchange round r, every pair is read with probability density[r-1]
-    (DEAR's realized read density of round r on the same benchmark); behavior stays the policy's."""
+    (DEAR's realized read density of round r on the same benchmark); behavior stays the policy's. With
+    `frequencies` (an extended-action policy), the debate stops, each agent's kind is drawn, and a reviser's pairs
+    are read, at DEAR's realized frequencies of that round instead (eval/action_frequencies.py)."""
 
-    inner: Any  # a RegulatedProtocol whose policy has selection_mode="random"
+    inner: Any  # a RegulatedProtocol whose policy has selection_mode="random" (extended: kinds and stop too)
     density: list[float]  # per exchange round 1..R
+    frequencies: ActionFrequencies | None = None
 
     def __post_init__(self):
         if len(self.density) < self.inner.n_rounds:
@@ -300,6 +313,9 @@ class DensityMatched:
                              f"{self.inner.n_rounds} exchange rounds")
         if not all(0.0 <= p <= 1.0 for p in self.density):
             raise ValueError(f"density-matched random mask: densities must be in [0, 1], got {self.density}")
+        if self.frequencies is not None and len(self.frequencies.stop) < self.inner.n_rounds:
+            raise ValueError(f"frequency-matched random policy: {len(self.frequencies.stop)} rounds of frequencies "
+                             f"for {self.inner.n_rounds} exchange rounds")
 
     @property
     def n_rounds(self) -> int:
@@ -317,13 +333,19 @@ class DensityMatched:
         rounds = {d.round for d in debates}
         if len(rounds) != 1:
             raise ValueError(f"density-matched random mask: debates at different rounds {sorted(rounds)}")
-        self.inner.policy.config.random_p = float(self.density[rounds.pop()])  # round r+1 -> density[r]
+        r = rounds.pop()  # debates that ran round r choose round r + 1: the lists' entry r
+        config = self.inner.policy.config
+        config.random_p = float(self.density[r])
+        if self.frequencies is not None:
+            config.random_p = float(self.frequencies.density[r])
+            config.random_kinds = tuple(self.frequencies.kinds[r])
+            config.random_stop = float(self.frequencies.stop[r])
         return self.inner.controls(debates)
 
 
 def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoint | None = None,
           encoder=None, seed: int = 0, deterministic: bool = True,
-          density: list[float] | None = None) -> MethodRun:
+          density: list[float] | None = None, frequencies: ActionFrequencies | None = None) -> MethodRun:
     """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder; the
     random-mask control needs DEAR's per-round read density). ``deterministic``: the policy's mode (pairs
     with p > 0.5, behavior mean) instead of sampled actions."""
@@ -351,7 +373,7 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
     if spec.selection_mode == "random":
         if density is None:
             raise ValueError(f"method {spec.name!r} needs DEAR's per-round read density")
-        return MethodRun(base, DensityMatched(proto_r, list(density)))
+        return MethodRun(base, DensityMatched(proto_r, list(density), frequencies))
     return MethodRun(base, proto_r)
 
 

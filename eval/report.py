@@ -41,6 +41,36 @@ def trace_to_record(trace: DebateTrace) -> ScoredDebate:
     )
 
 
+@dataclass(frozen=True)
+class AgentRow:
+    """One agent of a method's debates: what it cost and how often it was right (the per-agent report of a mixed
+    pool, `--agent-profiles`)."""
+
+    agent: int
+    profile: str  # its profile's compact name, else its model id
+    n: int  # debates with this agent
+    tokens: float  # mean prompt + completion tokens of its calls per debate (kept turns cost 0)
+    round0_accuracy: float  # share of its round-0 answers that are correct
+    final_accuracy: float  # share of its answers in the last round its debate ran that are correct
+
+
+def agent_rows(traces: Sequence[DebateTrace]) -> list[AgentRow]:
+    """Per-agent tokens and round-0 / last-round accuracy over finished traces (agents beyond a trace's width, as
+    in adaptive self-consistency, count where they answered)."""
+    width = max((len(t.rounds[0]) for t in traces if t.rounds), default=0)
+    rows = []
+    for agent in range(width):
+        have = [t for t in traces if t.rounds and agent < len(t.rounds[0])]
+        first = [t.rounds[0][agent] for t in have]
+        profile = next((turn.profile for turn in first if turn.profile), None) or have[0].model_ids[agent]
+        tokens = [sum(x.prompt_tokens + x.completion_tokens for turns in t.rounds for x in turns if x.agent == agent)
+                  for t in have]
+        rows.append(AgentRow(agent, profile, len(have), sum(tokens) / len(have),
+                             sum(x.correct for x in first) / len(have),
+                             sum(t.rounds[-1][agent].correct for t in have) / len(have)))
+    return rows
+
+
 @dataclass
 class MethodResult:
     benchmark: str
@@ -49,6 +79,7 @@ class MethodResult:
     summary: MethodSummary
     # Per-question final score, ties as expected values (fractional where tied): for paired comparisons.
     correct_by_question: dict[str, float] = field(default_factory=dict)
+    agents: list[AgentRow] = field(default_factory=list)  # per agent (reported for mixed pools)
 
 
 def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTrace], seed: int = 0,
@@ -56,7 +87,7 @@ def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTra
     records = [trace_to_record(t) for t in traces]
     return MethodResult(
         benchmark=benchmark, method=method, label=label, summary=summarize(records, seed=seed, n_boot=n_boot),
-        correct_by_question={r.question_id: r.score for r in records},
+        correct_by_question={r.question_id: r.score for r in records}, agents=agent_rows(traces),
     )
 
 
@@ -254,6 +285,9 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
                         [[r.label] + [_ratio(r.summary.flips_by_agreement.get(k, Ratio(0, 0))) for k in peers]
                          for r in debates]) + [""]
 
+    if meta.get("agent_profiles"):
+        lines += _agent_section(results)
+
     remaining = {k: v for k, v in failures.items() if v}
     if remaining:
         lines += ["## Failed debates that remain", "",
@@ -289,6 +323,18 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
                "and retried by the same command."),
               ""]
     return "\n".join(lines)
+
+
+def _agent_section(results: Sequence[MethodResult]) -> list[str]:
+    """The per-agent table of a mixed pool (`meta["agent_profiles"]`): each method's agents with their profile."""
+    lines = ["## Per agent", "",
+             ("Each agent of each method: its profile (a round 0 wider than the pool continues it in order), its tokens "
+              "per question (prompt + completion of its own calls), and the share of its answers that are correct in "
+              "round 0 and in the last round its debate ran (no answer counts as wrong)."), ""]
+    rows = [[r.benchmark, r.label, str(a.agent), f"`{a.profile}`", str(a.n), f"{a.tokens:,.0f}",
+             _pct(a.round0_accuracy), _pct(a.final_accuracy)] for r in results for a in r.agents]
+    return lines + _table(["Benchmark", "Method", "Agent", "Profile", "n", "tokens/q", "round-0 acc %",
+                           "last-round acc %"], rows) + [""]
 
 
 def _paired_diffs(by: dict[tuple[str, str], MethodResult], benchmarks: Sequence[str], method: str, baseline: str,

@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +43,9 @@ from dear.debate.cli_args import (
     add_debate_args,
     add_output_args,
     add_question_args,
+    n_agents_of,
 )
+from dear.debate.profiles import as_profiles, backend_specs, on_backend
 from dear.debate.protocols import unanimous
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
@@ -54,6 +56,7 @@ from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.progress import LiveProgress
 from dear.tasks.types import Question
 from eval import methods as M
+from eval.action_frequencies import ActionFrequencies, action_frequencies
 from eval import plots, report
 
 log = logging.getLogger("eval")
@@ -61,7 +64,10 @@ log = logging.getLogger("eval")
 # Settings that must not change inside one results directory (they change the questions or the answers).
 # `--n` may change: a subset is the first n of a seeded shuffle, so a larger n extends a smaller one.
 _FIXED_SETTINGS = ("llm", "seed", "n_agents", "n_rounds", "max_tokens", "temperature", "top_p", "sc_samples",
-                   "checkpoint", "encoder", "backend_options", "checkpoint_sha256", "layout", "policy_sampling")
+                   "checkpoint", "encoder", "backend_options", "checkpoint_sha256", "layout", "policy_sampling",
+                   "agent_profiles")
+# Fixed settings that came later: a run.json without one was written by a run that had this value.
+_ADDED_SETTINGS = {"agent_profiles": None}
 # The policy's settings: a run without a DEAR method keeps the directory's (its answers do not depend on them).
 _POLICY_SETTINGS = ("checkpoint", "encoder", "checkpoint_sha256", "policy_sampling")
 POLICY_SAMPLING = ("deterministic", "sampled")
@@ -94,6 +100,9 @@ class EvalSettings:
     layout: str = DebateConfig.layout  # exchange-prompt layout
     policy_sampling: str = "deterministic"  # DEAR policies: mode of the action distribution, or sampled
     policy_world: str | None = None  # the DEAR policy's training world, shown in its labels
+    # One profile per agent in the compact form with its backend filled in (dear/debate/profiles.py); None = the
+    # paper's agents, all on --llm.
+    agent_profiles: list[str] | None = None
 
 
 def _range(text: str | None, flag: str) -> tuple[float, float] | None:
@@ -114,7 +123,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sc-samples", type=int, help="self-consistency samples (default V*(R+1): MAD's call budget)")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for CIs")
-    backend = add_backend_args(p, speculative=True)
+    backend = add_backend_args(p, speculative=True, agent_profiles=True)
     backend.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
     backend.add_argument("--no-cache", action="store_true", help="do not use a response cache")
     add_debate_args(p, n_agents=None, n_agents_note="default: the checkpoint's, else 3", n_rounds=None,
@@ -232,7 +241,7 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not valid JSON ({e}); repair it or use another --out") from None
         # run.json files written before V and R got their one name (n_agents, n_rounds) say "agents", "rounds"
-        old = rename_keys(stored.get("settings", {}), _RENAMED_SETTINGS, warn=False)
+        old = {**_ADDED_SETTINGS, **rename_keys(stored.get("settings", {}), _RENAMED_SETTINGS, warn=False)}
         missing = [k for k in _FIXED_SETTINGS if k not in old]
         if missing and not report_only:
             raise ValueError(f"{path} predates the settings {missing} (an older eval.run wrote it, without a "
@@ -269,34 +278,59 @@ class Collected:
 
 class Evaluator:
     def __init__(self, settings: EvalSettings, specs: list[M.MethodSpec], ckpt: M.Checkpoint | None,
-                 backend: Backend | None = None):
+                 backend: Backend | Mapping[str, Backend] | None = None):
         self.s = settings
         self.specs = specs
         self.ckpt = ckpt
         self.results = ResultsDir(Path(settings.out))
-        self._backend = backend  # built lazily: a finished run rebuilds its report without loading a model
+        # Built lazily: a finished run rebuilds its report without loading a model. A mapping (spec -> backend)
+        # serves agent profiles on several backends.
+        self._backend = backend if backend is None or isinstance(backend, Backend) else dict(backend)
         self._encoder = None
-        self.model_id: str | None = backend.model_id if backend else None
-        self.synthetic: bool | None = backend.synthetic if backend else None
+        self.model_id: str | None = None
+        self.synthetic: bool | None = None
+        if backend is not None:
+            self._describe()
+        self.profiles = as_profiles(settings.agent_profiles, "agent_profiles") if settings.agent_profiles else None
         self.base = DebateConfig(n_agents=settings.n_agents, n_rounds=settings.n_rounds,
                                  temperature0=settings.temperature, top_p0=settings.top_p,
-                                 max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout)
+                                 max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout,
+                                 agent_profiles=self.profiles)
         # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
         self._density: dict[str, list[float]] = {}  # benchmark -> the random mask's per-round pair probability
+        self._frequencies: dict[str, ActionFrequencies] = {}  # benchmark -> an extended policy's random control
         self.round0_width = M.round0_width(settings.methods, settings.n_agents, settings.sc_samples)
 
     # -- lazily built heavy parts
-    def backend(self) -> Backend:
+    def backend(self) -> Backend | dict[str, Backend]:
+        """The backend of every agent, or with agent profiles on several backends a mapping spec -> backend."""
         if self._backend is None:
-            from dear.llm.cache import CachedBackend
-            from dear.llm.registry import make_backend
-
-            inner = make_backend(self.s.llm, **self.s.backend_options)
-            cache = self.s.cache if self.s.cache is not None else str(Path(self.s.out) / "cache.sqlite")
-            self._backend = CachedBackend(inner, cache) if cache else inner
-            self.model_id, self.synthetic = self._backend.model_id, self._backend.synthetic
-            log.info("backend %s (model %s)%s", self.s.llm, self.model_id, " [synthetic]" if self.synthetic else "")
+            specs = backend_specs(self.profiles) if self.profiles else [self.s.llm]
+            built = {spec: self._make_backend(spec) for spec in specs}
+            self._backend = built[specs[0]] if len(built) == 1 else built
+            self._describe()
+            log.info("backend %s (model %s)%s", ", ".join(specs), self.model_id,
+                     " [synthetic]" if self.synthetic else "")
         return self._backend
+
+    def _make_backend(self, spec: str) -> Backend:
+        from dear.llm.cache import CachedBackend
+        from dear.llm.registry import make_backend
+
+        # --parallel, --n-ctx, --speculative are llama.cpp settings: other kinds of a profile's backend do without
+        same = spec == self.s.llm or spec.split(":")[0] in ("local", "smoke")
+        inner = make_backend(spec, **(self.s.backend_options if same else {}))
+        cache = self.s.cache if self.s.cache is not None else str(Path(self.s.out) / "cache.sqlite")
+        return CachedBackend(inner, cache) if cache else inner
+
+    def _backends(self) -> list[Backend]:
+        b = self._backend
+        return [] if b is None else [b] if isinstance(b, Backend) else list(b.values())
+
+    def _describe(self) -> None:
+        backends = self._backends()
+        self.model_id = ", ".join(dict.fromkeys(b.model_id for b in backends))
+        self.synthetic = any(b.synthetic for b in backends)
 
     def encoder(self):
         if self._encoder is None:
@@ -306,8 +340,8 @@ class Evaluator:
         return self._encoder
 
     def close(self) -> None:
-        if self._backend is not None:
-            self._backend.close()
+        for b in self._backends():
+            b.close()
 
     # -- work
     def questions(self, benchmark: str) -> list[Question]:
@@ -395,11 +429,15 @@ class Evaluator:
 
         from dear.seeds import derive_seed
 
-        density = self._dear_density(benchmark) if spec.kind == "dear" and spec.selection_mode == "random" else None
+        random_control = spec.kind == "dear" and spec.selection_mode == "random"
+        # an extended policy may stop before a round: its control matches frequencies, not one density over turns
+        frequencies = self._dear_frequencies(benchmark) if random_control and self.ckpt.extended else None
+        density = frequencies.density if frequencies else self._dear_density(benchmark) if random_control else None
         run = M.build(spec, self.base, self.s.sc_samples, self.ckpt,
                       self.encoder() if spec.needs_checkpoint else None,
                       seed=derive_seed(self.s.seed, chunk_index, 0xD0),  # random-mask draws: fixed per chunk
-                      deterministic=self.s.policy_sampling == "deterministic", density=density)
+                      deterministic=self.s.policy_sampling == "deterministic", density=density,
+                      frequencies=frequencies)
         if spec.needs_checkpoint and self.s.policy_sampling == "sampled":
             import torch
 
@@ -429,7 +467,10 @@ class Evaluator:
             t.protocol = spec.name
         check_round0(benchmark, spec.name, traces, round0, self.results.round0_path(benchmark))
         regulator = getattr(run.protocol, "records", None) if spec.needs_checkpoint else None
-        if density is not None:
+        if frequencies is not None:
+            log.info("%s/%s: random policy with DEAR's per-round action frequencies %s", benchmark, spec.name,
+                     frequencies.to_json())
+        elif density is not None:
             log.info("%s/%s: random mask with DEAR's per-round read density %s", benchmark, spec.name,
                      np.round(density, 3).tolist())
         return traces, regulator
@@ -470,6 +511,21 @@ class Evaluator:
         run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
         write_json(path, run_json, indent=1)
         return self._density[benchmark]
+
+    def _dear_frequencies(self, benchmark: str) -> ActionFrequencies:
+        """DEAR's realized per-round stop, kind and reviser read frequencies on this benchmark (an extended-action
+        policy's random control matches them; eval/action_frequencies.py), recorded in run.json."""
+        if benchmark not in self._frequencies:
+            traces = self.results.load(benchmark, "dear", sorted(self.results.finished(benchmark, "dear")))
+            if not traces:
+                raise ValueError(f"dear-random-mask matches DEAR's action frequencies on {benchmark}, but DEAR has "
+                                 f"no finished debates there: add dear to --methods or run it first")
+            self._frequencies[benchmark] = action_frequencies(traces, self.s.n_rounds)
+            path = Path(self.s.out) / "run.json"
+            run_json = read_json(path, "run settings") if path.exists() else {}
+            run_json.setdefault("random_policy_frequencies", {})[benchmark] = self._frequencies[benchmark].to_json()
+            write_json(path, run_json, indent=1)
+        return self._frequencies[benchmark]
 
     def _timings(self) -> dict[str, float]:
         p = Path(self.s.out) / "timings.json"
@@ -555,7 +611,10 @@ class Evaluator:
             "debate": (f"V={self.s.n_agents} agents, R={self.s.n_rounds} exchange rounds, round-0/fixed sampling "
                        f"T={self.s.temperature}, top-p={self.s.top_p}, max_tokens={self.s.max_tokens}, "
                        f"self-consistency samples={self.s.sc_samples}, exchange layout {self.s.layout}, "
-                       f"{self.s.n_boot} bootstrap resamples"),
+                       f"{self.s.n_boot} bootstrap resamples"
+                       + (f", agent profiles {', '.join(self.s.agent_profiles)} (a wider round 0 continues the "
+                          f"pool in order)" if self.s.agent_profiles else "")),
+            "agent_profiles": self.s.agent_profiles,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "wall_time": f"{sum(timings.values()) / 60:.1f} min of generation over all runs of this directory"
                          if timings else "",
@@ -656,7 +715,11 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         raise ValueError(f"--n must be >= 0, got {a.n}")
     if a.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {a.batch}")
-    n_agents = a.n_agents or (ckpt.policy_config.n_agents if ckpt else 3)
+    profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
+    if profiles and "," in a.llm:
+        raise ValueError("--llm must be one spec with --agent-profiles (each profile names its backend; --llm is the "
+                         "backend of those that do not)")
+    n_agents = n_agents_of(profiles, a.n_agents) or (ckpt.policy_config.n_agents if ckpt else 3)
     n_rounds = a.n_rounds if a.n_rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
     if ckpt is not None:
         M.check_compatible(ckpt, n_agents, _range(a.temperature_range, "--temperature-range"),
@@ -680,7 +743,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         out=out, batch=a.batch,
         cache="" if a.no_cache else a.cache, n_boot=a.n_boot, progress=not a.no_progress, backend_options=opts,
         checkpoint_sha256=ckpt.sha256 if ckpt else None, layout=layout, policy_sampling=a.policy_sampling,
-        policy_world=a.policy_world,
+        policy_world=a.policy_world, agent_profiles=[p.name for p in profiles] if profiles else None,
     )
 
 
@@ -724,7 +787,8 @@ def read_results(argv: Sequence[str]) -> list[report.MethodResult]:
         ev.close()
 
 
-def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> list[report.MethodResult]:
+def main(argv: Sequence[str] | None = None,
+         backend: Backend | Mapping[str, Backend] | None = None) -> list[report.MethodResult]:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per loopback request is noise

@@ -39,7 +39,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,17 @@ import numpy as np
 from dear import tasks
 from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
-from dear.debate.cli_args import REQUIRED, add_backend_args, add_debate_args, add_output_args, add_question_args
+from dear.debate.cli_args import (
+    REQUIRED,
+    add_backend_args,
+    add_debate_args,
+    add_output_args,
+    add_question_args,
+    n_agents_of,
+)
 from dear.debate.corpus_file import CORPUS_FILE, gzip_members, iter_traces, read_corpus  # noqa: F401 (readers re-exported)
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl, debate_id_of, default_debate_seed
+from dear.debate.profiles import AgentProfile, as_profiles, backend_specs, on_backend
 from dear.debate.protocols import MADProtocol
 from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.llm.registry import make_backend
@@ -79,6 +87,13 @@ class CorpusSettings(DebateRunSettings):
     mad_top_p: float
     temperature0: float
     top_p0: float
+    # One profile per agent, compact form with its backend filled in (dear/debate/profiles.py); None = the paper's
+    # agents on --llm (and absent from corpora collected before profiles existed).
+    agent_profiles: tuple[str, ...] | None = None
+
+    def profiles(self) -> tuple[AgentProfile, ...] | None:
+        """The agent profiles as objects (None without them)."""
+        return as_profiles(self.agent_profiles, "agent_profiles") if self.agent_profiles else None
 
 
 # ---------------------------------------------------------------- the logging policy
@@ -214,11 +229,12 @@ def planned(questions: Sequence[Question], repeats: int) -> list[tuple[Question,
     return [(q, repeat_seed(q, k)) for k in range(repeats) for q in questions]
 
 
-def collect(run: CorpusRunDir, s: CorpusSettings, backend: Backend, n_logging: int, n_mad: int,
-            max_in_flight: int, repeats: int = 1) -> None:
-    """Missing debates: `repeats` logging debates per logging question (distinct seeds), one MAD per MAD question."""
+def collect(run: CorpusRunDir, s: CorpusSettings, backend: Backend | Mapping[str, Backend], n_logging: int,
+            n_mad: int, max_in_flight: int, repeats: int = 1) -> None:
+    """Missing debates: `repeats` logging debates per logging question (distinct seeds), one MAD per MAD question.
+    `backend`: one for every agent, or with agent profiles on several backends a mapping spec -> backend."""
     cfg = DebateConfig(n_agents=s.n_agents, n_rounds=s.n_rounds, max_tokens=s.max_tokens, seed=s.seed,
-                       layout=s.layout, temperature0=s.temperature0, top_p0=s.top_p0)
+                       layout=s.layout, temperature0=s.temperature0, top_p0=s.top_p0, agent_profiles=s.profiles())
     engine = DebateEngine(backend, cfg)
     policy = LoggingPolicy(s.n_agents, s.n_rounds, s.mask_p, s.temperature_range, s.top_p_range, s.seed)
     protocols = {"logging": policy, "mad": MADProtocol(s.n_agents, s.n_rounds, s.mad_temperature, s.mad_top_p)}
@@ -310,6 +326,8 @@ def write_provenance(run: CorpusRunDir, s: CorpusSettings, command: str) -> str:
         f"U{tuple(s.top_p_range)}, independent per agent and round, RNG seeded by (seed {s.seed}, crc32(debate "
         "id), round); per-record log-probabilities in `policy.rounds`.",
         f"- MAD reference: full mesh, T {s.mad_temperature}, top-p {s.mad_top_p}.",
+        *([f"- Agent profiles (agent 0, 1, ...): {', '.join(f'`{p}`' for p in s.agent_profiles)}; each turn of the "
+           "traces records its agent's profile."] if s.agent_profiles else []),
         f"- Collected (UTC): {dates[0] if dates else '-'} to {dates[-1] if dates else '-'}; "
         f"PROVENANCE written {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
         f"- Files: `{CORPUS_FILE}` (gzip members, one JSON record per debate: kind, layout, policy, full "
@@ -338,8 +356,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="logging debates per logging question, with distinct seeds (grows the text bank's "
                         "answer classes; default 1)")
     add_backend_args(p, max_tokens=384, parallel=6, n_ctx=3072, speculative=True,
-                     speculative_note="a speed setting: not part of the guarded settings")
-    add_debate_args(p, layout=REQUIRED, layout_note="recorded", seed_note="also the logging policy's draws")
+                     speculative_note="a speed setting: not part of the guarded settings", agent_profiles=True)
+    add_debate_args(p, n_agents=None, n_agents_note="default: one per --agent-profiles, else 3", layout=REQUIRED,
+                    layout_note="recorded", seed_note="also the logging policy's draws")
     p.add_argument("--mask-p", type=float, default=0.5)
     p.add_argument("--temperature-range", type=_range, default=DEFAULT_TEMPERATURE_RANGE, metavar="LOW,HIGH")
     p.add_argument("--top-p-range", type=_range, default=DEFAULT_TOP_P_RANGE, metavar="LOW,HIGH")
@@ -352,16 +371,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def settings_from_args(a: argparse.Namespace) -> CorpusSettings:
+    profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
+    if profiles and "," in a.llm:
+        raise ValueError("--llm must be one spec with --agent-profiles (the backend of profiles that name none)")
+    a.n_agents = n_agents_of(profiles, a.n_agents) or 3
     require_at_least(a, 0, "n_logging", "n_mad")
     require_at_least(a, 1, "n_agents", "max_tokens", "parallel", "n_ctx", "repeats")
     if a.n_rounds < 1:
         raise ValueError("--n-rounds must be >= 1 (the corpus is about exchange rounds)")
     return CorpusSettings(**DebateRunSettings.shared_from_args(a), layout=a.layout, mask_p=a.mask_p,
                           temperature_range=tuple(a.temperature_range), top_p_range=tuple(a.top_p_range),
-                          mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9)
+                          mad_temperature=a.mad_temperature, mad_top_p=a.mad_top_p, temperature0=0.7, top_p0=0.9,
+                          agent_profiles=tuple(p.name for p in profiles) if profiles else None)
 
 
-def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> int:
+def _make_backends(s: CorpusSettings, a: argparse.Namespace) -> Backend | dict[str, Backend]:
+    """The backend of every agent, or a mapping spec -> backend when the agent profiles name several."""
+    specs = backend_specs(s.profiles()) if s.agent_profiles else [s.llm]
+    built = {}
+    for spec in specs:
+        kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if spec.split(":")[0] in ("local", "smoke") else {}
+        if a.speculative:
+            kw["speculative"] = a.speculative
+        built[spec] = make_backend(spec, **kw)
+    return built[specs[0]] if len(built) == 1 else built
+
+
+def main(argv: Sequence[str] | None = None, backend: Backend | Mapping[str, Backend] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -371,16 +407,14 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
     run = CorpusRunDir(a.out, s)
     own = backend is None
     if own:
-        kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if s.llm.split(":")[0] in ("local", "smoke") else {}
-        if a.speculative:
-            kw["speculative"] = a.speculative
-        backend = make_backend(s.llm, **kw)
+        backend = _make_backends(s, a)
     in_flight = a.max_in_flight or max(1, a.parallel // s.n_agents)
     try:
         collect(run, s, backend, a.n_logging, a.n_mad, in_flight, a.repeats)
     finally:
         if own:
-            backend.close()
+            for b in ([backend] if isinstance(backend, Backend) else backend.values()):
+                b.close()
         print(write_provenance(run, s, command_line(PROG, argv)))
     return 0
 

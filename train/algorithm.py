@@ -122,6 +122,13 @@ class HAPPO:
         # M used for each agent in the last update (kept for tests and diagnostics).
         self.last_factors: dict[str, torch.Tensor] = {}
 
+    def set_lr_fraction(self, frac: float) -> None:
+        """Every optimiser's learning rate = frac × its configured one (CleanRL's linear annealing)."""
+        base = {"selection": self.cfg.lr_selection, "behavior": self.cfg.lr_behavior, "critic": self.cfg.lr_critic}
+        for name, opt in self.optimizers.items():
+            for group in opt.param_groups:
+                group["lr"] = frac * base[name]
+
     # -- values ------------------------------------------------------------------------------------
     @torch.no_grad()
     def values(self, state: torch.Tensor) -> torch.Tensor:

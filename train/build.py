@@ -87,7 +87,7 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
         top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
         layout=e.layout, silent=e.silent, answer_aware=e.answer_aware, shaping=e.shaping,
         shaping_coef=e.shaping_coef, shaping_gamma=cfg.happo.gamma, behavior_map=cfg.policy.behavior_map,
-        actions=e.actions, decision=e.decision,
+        actions=e.actions, decision=e.decision, agent_profiles=e.profiles(cfg.llm.backend_spec()),
     )
     kwargs.update(e.options)
     from envs.vector_env import DebateVectorEnv

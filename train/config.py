@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from dear.debate.engine import DebateConfig, sampling_range_errors
+from dear.debate.profiles import AgentProfile, as_profiles
 from dear.debate.prompts import LAYOUTS
 from dear.deprecation import rename_keys
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
@@ -143,6 +144,28 @@ class EnvSection:
     shaping: bool = True
     shaping_coef: float = 1.0  # 1 = the return becomes final score − round-0 plurality score − token cost
     options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
+    # Agent profiles, one mapping per agent: {style: cot|direct, max_tokens: N, backend: spec}, each key optional
+    # (dear/debate/profiles.py); every agent runs on the llm backend, so a backend may only repeat its spec.
+    # None = the paper's agents.
+    agent_profiles: list[dict[str, Any]] | None = None
+
+    def profiles(self, llm_spec: str) -> tuple[AgentProfile, ...] | None:
+        """The validated `agent_profiles` for a run on backend `llm_spec` (their backends left unset: the env's own);
+        ConfigError naming the key otherwise."""
+        if self.agent_profiles is None:
+            return None
+        try:
+            profiles = as_profiles(self.agent_profiles, "env.agent_profiles")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if len(profiles) != self.n_agents:
+            raise ConfigError(f"env.agent_profiles: {len(profiles)} profiles for env.n_agents={self.n_agents} (one "
+                              f"per agent)")
+        for k, p in enumerate(profiles):
+            if p.backend is not None and p.backend != llm_spec:
+                raise ConfigError(f"env.agent_profiles[{k}].backend: {p.backend!r} is not the run's backend "
+                                  f"{llm_spec!r}; training runs every agent on the llm backend (leave backend unset)")
+        return tuple(replace(p, backend=None) for p in profiles)
 
 
 @dataclass
@@ -178,7 +201,8 @@ class PolicySection:
     selection_bias_init: float = 0.0  # initial logit of every pair: 0 = read with p 0.5, no prior on density
     # Extended actions (env.actions = extended): learned, or a fixed rule that makes the policy a baseline
     # (kinds_mode fresh + stop_mode never + env.decision all-answers = self-consistency; dear.policy.PolicyConfig)
-    kinds_mode: Literal["learned", "revise", "keep", "fresh"] = "learned"  # every agent's turn kind
+    # every agent's turn kind; fresh-one: agent 0 draws a fresh sample, the others keep (adaptive SC with agree)
+    kinds_mode: Literal["learned", "revise", "keep", "fresh", "fresh-one"] = "learned"
     stop_mode: Literal["learned", "never", "agree"] = "learned"  # agree: stop once the leader has stop_agree * V
     stop_agree: float = 1.0  # votes the leader needs for stop_mode=agree, as a fraction of V
 
@@ -198,6 +222,9 @@ class HAPPOConfig:
     lr_selection: float = 3e-4  # Adam learning rate of the selection policy
     lr_behavior: float = 3e-4  # Adam learning rate of the behavior policy
     lr_critic: float = 1e-3  # Adam learning rate of the critic
+    # Linear decay of every learning rate to 0 over run.iterations (CleanRL's anneal_lr): late, noisy updates
+    # move the policy less, so it settles where it is instead of random-walking around the optimum
+    anneal_lr: bool = False
     update_epochs: int = 5  # passes over each iteration's batch
     num_minibatches: int = 1  # minibatches per pass
     norm_adv: bool = True  # standardise advantages per minibatch
@@ -272,6 +299,7 @@ class TrainConfig:
         need(0 <= self.happo.gae_lambda <= 1, "happo.gae_lambda", "must be in [0, 1]")
         need(self.happo.clip_coef > 0, "happo.clip_coef", "must be > 0")
         self.llm.backend_spec()  # openai without url
+        self.env.profiles(self.llm.backend_spec())
 
 
 def _is_torch_device(name: str) -> bool:
@@ -466,6 +494,8 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "env.actions": "paper", "env.decision": "last-round", "policy.kinds_mode": "learned",
     "policy.stop_mode": "learned", "policy.stop_agree": 1.0,
     "rollout.group_size": 1,
+    "env.agent_profiles": None,  # every run before agent profiles had the paper's agents
+    "happo.anneal_lr": False,
 }
 
 

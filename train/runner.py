@@ -233,6 +233,8 @@ class Trainer:
         except FloatingPointError as e:
             raise TrainingError(f"iteration {it}: {e}") from e
         gen = torch.Generator().manual_seed(derive_seed(cfg.run.seed, it, 1_000_003, bits=62))
+        if cfg.happo.anneal_lr:  # from the iteration count alone, so a resumed run continues the same schedule
+            self.learner.set_lr_fraction(1.0 - it / cfg.run.iterations)
         self._in_update = True
         try:
             stats = self.learner.update(batch, gen)

@@ -9,6 +9,7 @@ from dear.debate.engine import (
     RunSummary,
     summarize,
 )
+from dear.debate.profiles import AgentProfile, parse_profiles
 from dear.debate.protocols import (
     FixedMaskProtocol,
     MADProtocol,
@@ -21,7 +22,7 @@ from dear.debate.trace import AgentTurn, DebateTrace, read_jsonl, write_jsonl
 from dear.vote import VoteResult
 
 __all__ = [
-    "AgentTurn", "Debate", "DebateConfig", "DebateEngine", "DebateTrace", "EngineStats", "FixedMaskProtocol",
-    "MADProtocol", "MajorityProtocol", "Protocol", "RandomMaskProtocol", "RoundControl", "RunSummary",
-    "VoteResult", "make_protocol", "read_jsonl", "summarize", "write_jsonl",
+    "AgentProfile", "AgentTurn", "Debate", "DebateConfig", "DebateEngine", "DebateTrace", "EngineStats",
+    "FixedMaskProtocol", "MADProtocol", "MajorityProtocol", "Protocol", "RandomMaskProtocol", "RoundControl", "RunSummary",
+    "VoteResult", "make_protocol", "parse_profiles", "read_jsonl", "summarize", "write_jsonl",
 ]

@@ -6,8 +6,8 @@ Each function adds its flags to a titled argument group, so `--help` shows them 
 help text everywhere. A CLI whose default differs passes its own; `OMIT` leaves out a flag the CLI does not have,
 `REQUIRED` makes one mandatory; a `*_note` is appended to the shared help text. The help lists the accepted values
 where they are a closed set: backend specs (dear.llm.registry), tasks (dear.tasks), exchange layouts and
-speculative-decoding types. Old flag names (`--agents`, `--rounds`) stay accepted, hidden
-(dear.deprecation.add_renamed_flags).
+speculative-decoding types, reply styles. Old flag names (`--agents`, `--rounds`) stay accepted, hidden
+(dear.deprecation.add_renamed_flags); so a mixed pool of agents is `--agent-profiles`, not `--agents`.
 
 In dear.debate (floor 2), not in dear/cli.py (floor 0), because the help lists values of floors 1 and 2;
 dear/cli.py keeps the error path every CLI ends in."""
@@ -18,7 +18,8 @@ import argparse
 import enum
 from pathlib import Path
 
-from dear.debate.prompts import LAYOUTS
+from dear.debate.profiles import EXAMPLE, FORM, AgentProfile, parse_profiles
+from dear.debate.prompts import LAYOUTS, STYLES
 from dear.deprecation import add_renamed_flags
 from dear.llm.local import SPECULATIVE_TYPES
 from dear.llm.registry import SPECS, check_spec
@@ -72,11 +73,32 @@ def _backend_spec(text: str) -> str:
     return text.strip()
 
 
+def _agent_profiles(text: str) -> tuple[AgentProfile, ...]:
+    """--agent-profiles checked while the flags are parsed (each profile's form, style, token limit and backend
+    spec); the command checks the count against --n-agents (`n_agents_of`)."""
+    try:
+        return parse_profiles(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def n_agents_of(profiles: tuple[AgentProfile, ...] | None, n_agents: int | None) -> int | None:
+    """V from --agent-profiles (one per agent) and --n-agents: either one, or both when they agree."""
+    if profiles is None:
+        return n_agents
+    if n_agents is not None and n_agents != len(profiles):
+        raise ValueError(f"--agent-profiles lists {len(profiles)} agents but --n-agents is {n_agents}; give one "
+                         f"profile per agent (or leave out --n-agents)")
+    return len(profiles)
+
+
 def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag = "local", llm_note: str = "",
                      max_tokens: int | Flag = 512, max_tokens_note: str = "",
                      parallel: int | None | Flag = None, parallel_note: str = "",
-                     n_ctx: int | None | Flag = None, speculative: bool = False, speculative_note: str = "") -> Group:
-    """--llm, --max-tokens, and the llama.cpp settings --parallel, --n-ctx, --speculative (the last on request)."""
+                     n_ctx: int | None | Flag = None, speculative: bool = False, speculative_note: str = "",
+                     agent_profiles: bool = False) -> Group:
+    """--llm, --max-tokens, the llama.cpp settings --parallel, --n-ctx, --speculative (the last on request), and
+    --agent-profiles (on request)."""
     group = parser.add_argument_group("backend")
     _add(group, "--llm", llm, _help(f"backend spec (dear.llm.registry): {backend_specs()}", llm_note, llm),
          type=_backend_spec)
@@ -90,6 +112,12 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
         group.add_argument("--speculative", choices=SPECULATIVE_TYPES,
                            help=_help("llama.cpp draftless speculative decoding (local/smoke): the same answers, "
                                       "faster when replies repeat their context", speculative_note))
+    if agent_profiles:
+        group.add_argument("--agent-profiles", type=_agent_profiles, metavar="PROFILES",
+                           help=_help(f"one profile per agent (a mixed pool), comma-separated {FORM}: BACKEND a "
+                                      f"--llm spec (default --llm), STYLE one of {', '.join(STYLES)} (direct = the "
+                                      f"final answer alone, no reasoning), MAX_TOKENS the agent's completion limit "
+                                      f"(default --max-tokens); e.g. {EXAMPLE}; sets --n-agents"))
     return group
 
 

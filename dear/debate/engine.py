@@ -19,6 +19,7 @@ import numpy as np
 
 from dear import tasks
 from dear.debate import prompts
+from dear.debate.profiles import AgentProfile, as_profiles, profile_at
 from dear.debate.trace import AgentTurn, DebateTrace
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
 from dear.seeds import derive_seed  # noqa: F401  (re-exported: engine.derive_seed)
@@ -50,6 +51,9 @@ class DebateConfig:
     seed: int = 0
     # Optional backend key per agent (heterogeneous mixes); keys index the engine's backend mapping.
     agent_backends: tuple[str, ...] | None = None
+    # Optional agent profiles (dear/debate/profiles.py): agent i's backend key, reply style and token limit, the pool
+    # continued cyclically when n_agents exceeds it. None = the paper's agents (byte-identical prompts and traces).
+    agent_profiles: tuple[AgentProfile, ...] | None = None
     system_prompt: str = prompts.SYSTEM_PROMPT
     # Exchange-round prompt layout (dear/debate/prompts.py): "multiturn" (Du et al.'s growing conversation,
     # whose prefix a KV-cache slot reuses) or "single" (one fresh message per round). The default is the layout
@@ -82,6 +86,19 @@ class DebateConfig:
                 raise ValueError(
                     f"DebateConfig.agent_backends has {len(self.agent_backends)} entries, n_agents={self.n_agents}"
                 )
+        if self.agent_profiles is not None:  # mappings too: `dataclasses.asdict` of a config writes them
+            object.__setattr__(self, "agent_profiles", as_profiles(self.agent_profiles, "DebateConfig.agent_profiles"))
+            if self.agent_backends is not None and any(p.backend for p in self.agent_profiles):
+                raise ValueError("DebateConfig: agent_backends and agent_profiles both name backends; give them in "
+                                 "agent_profiles only")
+
+    def profile(self, agent: int) -> AgentProfile:
+        """Agent `agent`'s profile (`profiles.profile_at`: the default one when there are no profiles)."""
+        return profile_at(self.agent_profiles, agent)
+
+    def agent_max_tokens(self, agent: int) -> int:
+        """Agent `agent`'s completion limit: its profile's, else the debate's."""
+        return self.profile(agent).max_tokens or self.max_tokens
 
 
 def sampling_range_errors(temperature_range, top_p_range) -> list[tuple[str, str]]:
@@ -291,29 +308,33 @@ def default_debate_seed(question: Question) -> int:
 class DebateEngine:
     def __init__(self, backends: Backend | Mapping[str, Backend], config: DebateConfig = DebateConfig()):
         self.config = config
-        if isinstance(backends, Backend):
-            if config.agent_backends is not None and len(set(config.agent_backends)) > 1:
-                raise ValueError("DebateConfig.agent_backends names several backends but one Backend was given")
-            self.backends: dict[str, Backend] = {"default": backends}
-            self.agent_keys = ["default"] * config.n_agents
-        else:
-            self.backends = dict(backends)
-            if not self.backends:
-                raise ValueError("DebateEngine: empty backend mapping")
-            if config.agent_backends is None:
-                if len(self.backends) != 1:
-                    raise ValueError(
-                        "DebateEngine: several backends given; set DebateConfig.agent_backends to map agents to them"
-                    )
-                self.agent_keys = [next(iter(self.backends))] * config.n_agents
-            else:
-                missing = [k for k in config.agent_backends if k not in self.backends]
-                if missing:
-                    raise ValueError(
-                        f"DebateConfig.agent_backends: unknown backend keys {missing}; known {sorted(self.backends)}"
-                    )
-                self.agent_keys = list(config.agent_backends)
+        single = isinstance(backends, Backend)
+        self.backends: dict[str, Backend] = {"default": backends} if single else dict(backends)
+        if not self.backends:
+            raise ValueError("DebateEngine: empty backend mapping")
+        self.agent_keys = self._agent_keys(single)
         self.stats = EngineStats()
+
+    def _agent_keys(self, single: bool) -> list[str]:
+        """Each agent's key into `self.backends`: DebateConfig.agent_backends, else its profile's backend, else the
+        only backend. One Backend object serves every agent whatever they call it, as long as it is one name."""
+        cfg = self.config
+        source = "agent_backends" if cfg.agent_backends is not None else "agent_profiles"
+        named = list(cfg.agent_backends) if cfg.agent_backends is not None else \
+            [cfg.profile(i).backend for i in range(cfg.n_agents)]
+        given = list(dict.fromkeys(k for k in named if k is not None))
+        if single:
+            if len(given) > 1:
+                raise ValueError(f"DebateConfig.{source} names several backends but one Backend was given")
+            return ["default"] * cfg.n_agents
+        if None in named and len(self.backends) != 1:
+            raise ValueError("DebateEngine: several backends given; set DebateConfig.agent_backends (or each agent "
+                             "profile's backend) to map agents to them")
+        missing = [k for k in given if k not in self.backends]
+        if missing:
+            raise ValueError(f"DebateConfig.{source}: unknown backend keys {missing}; known {sorted(self.backends)}")
+        only = next(iter(self.backends))
+        return [only if k is None else k for k in named]
 
     @property
     def model_ids(self) -> list[str]:
@@ -405,9 +426,7 @@ class DebateEngine:
                     or any(t.round != 0 for t in turns):
                 raise ValueError(f"stored_turns of {d.debate_id}: need round-0 turns of agents 0..k-1 in order "
                                  f"with k < {cfg.n_agents}, got agents {[t.agent for t in turns]}")
-            messages = prompts.round0_messages(d.question, cfg.system_prompt)
-            for i in range(len(turns), cfg.n_agents):
-                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
+            pending += self._round0_requests(d, range(len(turns), cfg.n_agents))
         new: dict[int, list[AgentTurn]] = {}
         for p, c in zip(pending, self._generate_all(pending) if pending else []):
             new.setdefault(id(p.debate), []).append(self._make_turn(p, c))
@@ -433,9 +452,7 @@ class DebateEngine:
         for d in new:
             if d.round >= 0:
                 raise ValueError(f"advance: debate {d.debate_id} has already run round 0")
-            messages = prompts.round0_messages(d.question, cfg.system_prompt)
-            for i in range(cfg.n_agents):
-                pending.append(self._request(d, i, 0, messages, cfg.temperature0, cfg.top_p0, [], 0, cfg.max_tokens))
+            pending += self._round0_requests(d, range(cfg.n_agents))
         for d, ctl in zip(active, controls):
             if d.done:
                 continue
@@ -539,6 +556,19 @@ class DebateEngine:
                     f.cancel()
 
     # ------------------------------------------------------------ internals
+    def _round0_requests(self, d: Debate, agents: Sequence[int]) -> list[_Pending]:
+        """Round-0 requests of `agents`: the question alone, each in its profile's reply style and token limit."""
+        cfg = self.config
+        by_style: dict[str, list[ChatMessage]] = {}
+        out = []
+        for i in agents:
+            style = cfg.profile(i).style
+            if style not in by_style:
+                by_style[style] = prompts.round0_messages(d.question, cfg.system_prompt, style)
+            out.append(self._request(d, i, 0, by_style[style], cfg.temperature0, cfg.top_p0, [], 0,
+                                     cfg.agent_max_tokens(i)))
+        return out
+
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
                  top_p: float, peers: list[int], truncated: int, max_tokens: int,
                  own_answer: str | None = None, peer_answers: list[str | None] | None = None,
@@ -561,6 +591,9 @@ class DebateEngine:
                 "agent": agent, "round": round_, "own_answer": own_answer,
                 "peer_answers": list(peer_answers or []), "peers": list(peers),
                 "question_text": d.question.question, "attempt": attempt, "fresh": sample is not None,
+                # only with profiles, so that the paper's requests stay as they were
+                **({"profile": self.config.profile(agent).name, "style": self.config.profile(agent).style}
+                   if self.config.agent_profiles is not None else {}),
             },
         )
         return _Pending(debate=d, agent=agent, request=req, peers=list(peers), truncated_peers=truncated,
@@ -581,9 +614,9 @@ class DebateEngine:
                 out.append(self._silent(d, i, r, ctl))
                 continue
             if kind == "fresh":
-                out.append(self._request(d, i, r, prompts.round0_messages(d.question, cfg.system_prompt),
-                                         ctl.temperature[i], ctl.top_p[i], [], 0, cfg.max_tokens, attempt=attempt,
-                                         sample=next_sample))
+                messages = prompts.round0_messages(d.question, cfg.system_prompt, cfg.profile(i).style)
+                out.append(self._request(d, i, r, messages, ctl.temperature[i], ctl.top_p[i], [], 0,
+                                         cfg.agent_max_tokens(i), attempt=attempt, sample=next_sample))
                 next_sample += 1
                 continue
             guidance = ctl.guidance[i] if ctl.guidance is not None else None
@@ -611,6 +644,7 @@ class DebateEngine:
     def _prompt_builder(self, d: Debate, agent: int, peers: list[int], guidance: str | None = None) -> _PromptBuilder:
         """The exchange prompt of `agent` in the debate's next round, in the configured layout."""
         cfg = self.config
+        style = cfg.profile(agent).style
         shown = [[_shown(t) for t in turns] for turns in d.trace.rounds]
         if cfg.layout == "single":
             own, peer_answers = _shown(d.trace.rounds[-1][agent], to_peer=False), [shown[-1][j] for j in peers]
@@ -619,7 +653,7 @@ class DebateEngine:
             def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
                 return prompts.exchange_messages(d.question, own, peer_answers, n_truncated=n_cut,
                                                  own_truncated=own_cut, system_prompt=cfg.system_prompt,
-                                                 guidance=guidance)
+                                                 guidance=guidance, style=style)
         else:
             # Round k showed agent `agent` the peers recorded in its round-k turn; the new round shows `peers`.
             # A fresh sample starts a new conversation: the exchanges before it are not part of it.
@@ -641,43 +675,44 @@ class DebateEngine:
 
             def build(n_cut: int, own_cut: bool) -> list[ChatMessage]:
                 return prompts.multiturn_messages(d.question, exchanges, n_truncated=n_cut,
-                                                  own_truncated=own_cut, system_prompt=cfg.system_prompt)
+                                                  own_truncated=own_cut, system_prompt=cfg.system_prompt, style=style)
         return _PromptBuilder(build, n_peer_blocks)
 
     def _fit_context(self, d: Debate, agent: int, prompt: _PromptBuilder,
                      backend: Backend) -> tuple[list[ChatMessage], int, int]:
         """Build the exchange prompt; on overflow cut peers' reasoning (oldest first), then the own reasoning,
-        then shrink max_tokens. Never raises: a prompt that still does not fit goes out and the backend decides."""
-        cfg = self.config
+        then shrink max_tokens (the agent's own limit, DebateConfig.agent_max_tokens). Never raises: a prompt that
+        still does not fit goes out and the backend decides."""
+        limit = self.config.agent_max_tokens(agent)
         build = prompt.build
         messages = build(0, False)
         ctx = backend.context_length
         if not ctx:
-            return messages, 0, cfg.max_tokens
+            return messages, 0, limit
         # A (byte-level BPE) token covers at least one UTF-8 byte, so short prompts fit without asking the
         # tokenizer (an HTTP round trip per call on llama.cpp).
         n_bytes = sum(len(m.content.encode()) + MSG_OVERHEAD_TOKENS for m in messages)
-        if n_bytes + cfg.max_tokens <= ctx:
-            return messages, 0, cfg.max_tokens
+        if n_bytes + limit <= ctx:
+            return messages, 0, limit
         n_tok = n_tok_full = self._count(backend, messages)
         truncated, own_cut = 0, False
-        while n_tok + cfg.max_tokens > ctx and truncated < prompt.n_peer_blocks:
+        while n_tok + limit > ctx and truncated < prompt.n_peer_blocks:
             truncated += 1
             messages = build(truncated, False)
             n_tok = self._count(backend, messages)
-        if n_tok + cfg.max_tokens > ctx:
+        if n_tok + limit > ctx:
             own_cut = True
             messages = build(truncated, True)
             n_tok = self._count(backend, messages)
-        max_tokens = cfg.max_tokens
+        max_tokens = limit
         if n_tok + max_tokens > ctx:
             max_tokens = max(MIN_MAX_TOKENS, ctx - n_tok)
-        if truncated or own_cut or max_tokens != cfg.max_tokens:
+        if truncated or own_cut or max_tokens != limit:
             self.stats.add(truncations=1)
             log.warning(
                 "context overflow in %s agent %d round %d: ~%d prompt tokens + %d max_tokens > %d; "
                 "cut reasoning of %d peer(s)%s (~%d prompt tokens left), max_tokens=%d",
-                d.debate_id, agent, d.round + 1, n_tok_full, cfg.max_tokens, ctx, truncated,
+                d.debate_id, agent, d.round + 1, n_tok_full, limit, ctx, truncated,
                 " and own answer" if own_cut else "", n_tok, max_tokens,
             )
         return messages, truncated, max_tokens
@@ -754,8 +789,10 @@ class DebateEngine:
                        fresh_completion_tokens=0 if c.cached else c.completion_tokens)
         text = c.text or ""
         parsed = prompts.parse_sections(text)
+        profile = self.config.profile(p.agent)
         # A completion cut at the token limit answers only where it marked an answer (prompts.extract).
-        answer = prompts.extract(text, q, truncated=c.finish_reason == "length") if c.error is None else None
+        answer = prompts.extract(text, q, truncated=c.finish_reason == "length", style=profile.style) \
+            if c.error is None else None
         key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
         if answer is not None and q.gold:  # gold "" = unknown (inference): nothing to grade
             g = tasks.grade(answer, q)
@@ -775,6 +812,7 @@ class DebateEngine:
             model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
             guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
             silent=p.silent, fresh=p.fresh,
+            **({"profile": profile.name, "style": profile.style} if self.config.agent_profiles is not None else {}),
         )
 
     def _finalize(self, d: Debate) -> None:

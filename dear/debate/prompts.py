@@ -10,6 +10,11 @@ Round 0: the question plus the task's format instruction. Exchange rounds come i
 - `single`: one fresh user message per round holding the question, the agent's own previous answer and the
   selected peers' answers (labelled "Agent j", 1-based), then the instruction to reconsider.
 
+Reply styles (`STYLES`, an agent profile's `style`, dear/debate/profiles.py): `cot` (the default, the paper's
+agents) asks for reasoning, a conclusion and the final answer; `direct` asks for the "Final answer:" line alone,
+without reasoning, and gives only the answer's form of the task's format instruction. An agent keeps its style in
+every turn: its round-0 prompt, its fresh samples and the format block ending its exchange turns.
+
 Peers' answers are re-rendered from their parsed parts so that their reasoning can be cut when the prompt would
 overflow the context window while their conclusion and final answer stay. A peer answer a moderator demoted is
 shown as its one-line summary plus its final answer. An optional per-agent `guidance` (an intervention's advice
@@ -63,7 +68,52 @@ PEERS_OUTRO = (
 )
 ALONE = "Can you double check that your answer is correct? Please reiterate your answer."
 
+# The "direct" reply style: the final answer line alone, no reasoning (a cheaper, weaker agent than "cot").
+DIRECT_STRUCTURE = (
+    "Reply with your final answer only, without any reasoning or explanation, in exactly this format:\n"
+    "Final answer: <your final answer in the required form>"
+)
+RECONSIDER_DIRECT = "Use the other agents' answers as additional information, then give your updated answer."
+RECONSIDER_ALONE_DIRECT = "Check your previous answer, then give your updated answer."
+
 LAYOUTS = ("multiturn", "single")
+
+
+@dataclass(frozen=True)
+class ReplyStyle:
+    """How an agent is asked to reply (an agent profile's `style`): the format block that ends each of its user
+    turns, and the single layout's request to reconsider. The multi-turn layout's peer turn is Du et al.'s
+    wording in every style."""
+
+    structure: str  # the reply format
+    reasoning: bool  # True: the task's format instruction whole (it asks for step-by-step work); False: its answer form
+    reconsider: str  # single layout, with peers
+    reconsider_alone: str  # single layout, reading nobody
+
+    def instructions(self, question: Question) -> str:
+        form = tasks.format_instruction(question.kind) if self.reasoning else tasks.answer_form(question.kind)
+        return f"{self.structure}\n{form}"
+
+    def prompt_texts(self, question: Question) -> list[str]:
+        """This style's own prompt text that a completion may repeat (see `own_text`)."""
+        form = tasks.format_instruction(question.kind) if self.reasoning else tasks.answer_form(question.kind)
+        return [self.structure, *self.structure.splitlines(), form, self.reconsider, self.reconsider_alone]
+
+
+# "cot" is the paper's agent (reasoning, conclusion, final answer), the default everywhere.
+STYLES: dict[str, ReplyStyle] = {
+    "cot": ReplyStyle(STRUCTURE, True, RECONSIDER, RECONSIDER_ALONE),
+    "direct": ReplyStyle(DIRECT_STRUCTURE, False, RECONSIDER_DIRECT, RECONSIDER_ALONE_DIRECT),
+}
+DEFAULT_STYLE = "cot"
+
+
+def reply_style(name: str) -> ReplyStyle:
+    """The reply style called `name` (STYLES); ValueError naming the valid ones otherwise."""
+    try:
+        return STYLES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown reply style {name!r}; valid: {', '.join(STYLES)}") from None
 
 
 # ---------------------------------------------------------------- parsing
@@ -249,13 +299,12 @@ def _echo_pattern(s: str) -> re.Pattern[str]:
     return re.compile(r"\s+".join(re.escape(w) for w in s.split()))
 
 
-def _prompt_texts(question: Question) -> list[str]:
-    """Text of the prompts an agent is shown that a completion may repeat, longest first."""
+def _prompt_texts(question: Question, style: str = DEFAULT_STYLE) -> list[str]:
+    """Text of the prompts an agent of this reply style is shown that a completion may repeat, longest first."""
     outro_head = PEERS_OUTRO.split("\n", 1)[0]
     texts = [
-        tasks.render_question(question), question.question, STRUCTURE, *STRUCTURE.splitlines(),
-        tasks.format_instruction(question.kind), PEERS_INTRO, outro_head, "The original problem is:",
-        RECONSIDER, RECONSIDER_ALONE, ALONE, SYSTEM_PROMPT,
+        tasks.render_question(question), question.question, *reply_style(style).prompt_texts(question),
+        PEERS_INTRO, outro_head, "The original problem is:", ALONE, SYSTEM_PROMPT,
     ]
     if question.kind == "choice" and question.choices:
         texts.append(tasks.render_question(question)[len(question.question):])  # the options list alone
@@ -263,9 +312,9 @@ def _prompt_texts(question: Question) -> list[str]:
     return sorted(texts, key=len, reverse=True)
 
 
-def _drop_prompt_echo(text: str, question: Question) -> str:
+def _drop_prompt_echo(text: str, question: Question, style: str = DEFAULT_STYLE) -> str:
     """`text` without repeated prompt text: complete repeats anywhere, and one cut off at the end of the text."""
-    texts = _prompt_texts(question)
+    texts = _prompt_texts(question, style)
     for t in texts:
         text = _echo_pattern(t).sub("\n", text)
     for t in texts:
@@ -283,7 +332,7 @@ def _drop_prompt_echo(text: str, question: Question) -> str:
     return text
 
 
-def own_text(text: str, question: Question, truncated: bool = False) -> str:
+def own_text(text: str, question: Question, truncated: bool = False, style: str = DEFAULT_STYLE) -> str:
     """The agent's own part of a completion: `text` without the material it repeated from its prompt.
 
     Removed: quoted peer answers — a line labelled "One agent's answer:", "The other agent's answer:", "Agent 2:",
@@ -294,20 +343,22 @@ def own_text(text: str, question: Question, truncated: bool = False) -> str:
     (the question, its options, the format instructions, the layouts' fixed sentences), also when the cut fell
     inside it. A bare fence right after the agent's own "Final answer:" line closes that answer (models copy the
     peers' block format) and is dropped alone. The format instruction's example phrase ("for example \\boxed{B}")
-    is left to `tasks.extract_answer`, which never reads it as an answer.
+    is left to `tasks.extract_answer`, which never reads it as an answer. `style` names the reply style the agent
+    was prompted in (STYLES), whose format text it may repeat.
     """
-    return _drop_prompt_echo(_drop_quoted(text or "", truncated), question)
+    return _drop_prompt_echo(_drop_quoted(text or "", truncated), question, style)
 
 
-def extract(text: str, question: Question, truncated: bool = False) -> str | None:
+def extract(text: str, question: Question, truncated: bool = False, style: str = DEFAULT_STYLE) -> str | None:
     """The agent's own answer: the task extractor applied to `own_text` — its "Final answer:" section first, then
     the whole own text (the last box wins there). None when the agent only repeated others' answers or the
     prompt, or when its final letter names no option of the question.
 
     ``truncated`` (the completion was cut at the token limit): only a marked answer counts — a complete
     `\\boxed{}` or an answer phrase ("Final answer:", "The answer is", "####"); otherwise there is no answer,
-    rather than the last number or formula line of unfinished reasoning."""
-    own = own_text(text, question, truncated)
+    rather than the last number or formula line of unfinished reasoning. `style`: the agent's reply style (STYLES).
+    """
+    own = own_text(text, question, truncated, style)
     if truncated:
         return tasks.extract_answer(own, question.kind, question.choices, marked_only=True)
     parsed = parse_sections(own)
@@ -343,8 +394,8 @@ def _answer_block(a: ShownAnswer, omit_reasoning: bool) -> str:
     return f"Reasoning: {reasoning}\nConclusion: {a.conclusion}\nFinal answer: {render_answer(a.answer)}"
 
 
-def _instructions(question: Question) -> str:
-    return f"{STRUCTURE}\n{tasks.format_instruction(question.kind)}"
+def _instructions(question: Question, style: str = DEFAULT_STYLE) -> str:
+    return reply_style(style).instructions(question)
 
 
 def _guided(parts: list[str], guidance: str | None) -> list[str]:
@@ -352,8 +403,10 @@ def _guided(parts: list[str], guidance: str | None) -> list[str]:
     return [*parts, guidance.strip()] if guidance and guidance.strip() else parts
 
 
-def round0_messages(question: Question, system_prompt: str = SYSTEM_PROMPT) -> list[ChatMessage]:
-    user = f"Question:\n{tasks.render_question(question)}\n\n{_instructions(question)}"
+def round0_messages(question: Question, system_prompt: str = SYSTEM_PROMPT,
+                    style: str = DEFAULT_STYLE) -> list[ChatMessage]:
+    """The independent first answer's prompt (round 0, and a fresh sample), in the agent's reply style."""
+    user = f"Question:\n{tasks.render_question(question)}\n\n{_instructions(question, style)}"
     return [ChatMessage("system", system_prompt), ChatMessage("user", user)]
 
 
@@ -365,9 +418,11 @@ def exchange_messages(
     own_truncated: bool = False,
     system_prompt: str = SYSTEM_PROMPT,
     guidance: str | None = None,
+    style: str = DEFAULT_STYLE,
 ) -> list[ChatMessage]:
     """Prompt for round r >= 1. The first `n_truncated` peer blocks lose their reasoning (context overflow);
-    `guidance` is inserted before the format instruction."""
+    `guidance` is inserted before the format instruction; `style` is the agent's reply style (STYLES)."""
+    reply = reply_style(style)
     parts = [
         f"Question:\n{tasks.render_question(question)}",
         f"Your previous answer:\n{_answer_block(own, own_truncated)}",
@@ -377,11 +432,11 @@ def exchange_messages(
             f"Agent {p.agent + 1}:\n{_answer_block(p, k < n_truncated)}" for k, p in enumerate(peers)
         ]
         parts.append("Answers from other agents:\n\n" + "\n\n".join(blocks))
-        parts.append(RECONSIDER)
+        parts.append(reply.reconsider)
     else:
-        parts.append(RECONSIDER_ALONE)
+        parts.append(reply.reconsider_alone)
     parts = _guided(parts, guidance)
-    parts.append(_instructions(question))
+    parts.append(reply.instructions(question))
     return [ChatMessage("system", system_prompt), ChatMessage("user", "\n\n".join(parts))]
 
 
@@ -397,14 +452,14 @@ class Exchange:
 
 
 def peers_turn(question: Question, peers: Sequence[ShownAnswer], n_truncated: int = 0,
-               guidance: str | None = None) -> str:
+               guidance: str | None = None, style: str = DEFAULT_STYLE) -> str:
     """The user turn that brings the peers' answers (or, with no peer, the request to double-check);
-    `guidance` is inserted before the format instruction."""
+    `guidance` is inserted before the format instruction of the agent's reply `style`."""
     if not peers:
-        return "\n\n".join([*_guided([ALONE], guidance), _instructions(question)])
+        return "\n\n".join([*_guided([ALONE], guidance), _instructions(question, style)])
     blocks = [f"One agent's answer:\n```\n{_answer_block(p, k < n_truncated)}\n```" for k, p in enumerate(peers)]
     outro = PEERS_OUTRO.format(question=tasks.render_question(question))
-    return "\n\n".join([*_guided([PEERS_INTRO, *blocks, outro], guidance), _instructions(question)])
+    return "\n\n".join([*_guided([PEERS_INTRO, *blocks, outro], guidance), _instructions(question, style)])
 
 
 def multiturn_messages(
@@ -413,19 +468,20 @@ def multiturn_messages(
     n_truncated: int = 0,
     own_truncated: bool = False,
     system_prompt: str = SYSTEM_PROMPT,
+    style: str = DEFAULT_STYLE,
 ) -> list[ChatMessage]:
-    """Prompt for round r = len(exchanges) >= 1 in the multi-turn layout.
+    """Prompt for round r = len(exchanges) >= 1 in the multi-turn layout, in the agent's reply `style`.
 
     On overflow the first `n_truncated` peer blocks lose their reasoning, counted from the oldest exchange,
     and `own_truncated` replaces the agent's earlier answers by their conclusion and final answer. Either cut
     changes the prefix the server has cached, so it is only made when the prompt would not fit.
     """
-    messages = round0_messages(question, system_prompt)
+    messages = round0_messages(question, system_prompt, style)
     cut_left = n_truncated
     for ex in exchanges:
         own = _answer_block(ex.own, True) if own_truncated else ex.own_text
         n_cut = min(cut_left, len(ex.peers))
         cut_left -= n_cut
         messages.append(ChatMessage("assistant", own))
-        messages.append(ChatMessage("user", peers_turn(question, ex.peers, n_cut, ex.guidance)))
+        messages.append(ChatMessage("user", peers_turn(question, ex.peers, n_cut, ex.guidance, style)))
     return messages

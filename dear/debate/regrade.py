@@ -29,7 +29,8 @@ def regrade_turn(turn: AgentTurn, question: Question, classes: AnswerClasses) ->
     """`turn` with its answer, key, grade and grader recomputed from its stored text."""
     answer = None
     if turn.error is None:
-        answer = prompts.extract(turn.text, question, truncated=turn.finish_reason == "length")
+        answer = prompts.extract(turn.text, question, truncated=turn.finish_reason == "length",
+                                 style=turn.style or prompts.DEFAULT_STYLE)  # the style it was prompted in
     key = classes.canonical(tasks.normalize_answer(answer, question.kind)) if answer is not None else None
     correct, grader = False, "none"
     if answer is not None and question.gold:

@@ -17,6 +17,10 @@ import numpy as np
 from dear.vote import VoteResult, key_correct, tally
 
 
+# AgentTurn fields written only when set (they came later; older traces and debates without profiles lack them).
+_UNSET_WHEN_NONE = ("profile", "style")
+
+
 @dataclass
 class AgentTurn:
     """One agent's call in one round."""
@@ -51,6 +55,10 @@ class AgentTurn:
     attempt: int = 0  # 1 for a round regenerated once (its seed differs from the discarded attempt's)
     silent: bool = False  # no model call: the agent read nobody and kept its previous turn (DebateConfig.silent)
     fresh: bool = False  # an independent sample from the question alone (a "fresh" turn, RoundControl.kinds)
+    # The agent's profile (dear/debate/profiles.py) in its compact form, e.g. "smoke:direct:64", and its reply
+    # style; None in debates without profiles, and then left out of the JSON (traces stay as they were).
+    profile: str | None = None
+    style: str | None = None
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -200,7 +208,16 @@ class DebateTrace:
 
     # ---- serialisation ----
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data; a turn without a profile has no profile keys (a debate without profiles is written as before
+        profiles existed, byte for byte)."""
+        d = asdict(self)
+        for key in ("rounds", "discarded_rounds"):
+            for turns in d[key]:
+                for turn in turns:
+                    for name in _UNSET_WHEN_NONE:
+                        if turn[name] is None:
+                            del turn[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DebateTrace:

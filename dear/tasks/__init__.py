@@ -20,7 +20,7 @@ from dear.tasks.loaders import (
     subset,
     task_names,
 )
-from dear.tasks.prompts import format_instruction, render_question
+from dear.tasks.prompts import answer_form, format_instruction, render_question
 from dear.tasks.types import AnswerKind, GradeResult, Question
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "GradeResult",
     "Question",
     "TaskSpec",
+    "answer_form",
     "extract_answer",
     "format_instruction",
     "get_task",

@@ -8,26 +8,28 @@ from __future__ import annotations
 from dear.tasks.extract import FORMAT_EXAMPLES, KINDS
 from dear.tasks.types import AnswerKind, Question
 
-_TEMPLATES: dict[str, str] = {
-    "numeric": (
-        "Solve the problem step by step. Give the final answer as a single number without units inside "
-        "\\boxed{}, for example \\boxed{%s}."
-    ),
-    "integer": (
-        "Solve the problem step by step. Give the final answer as a single integer inside \\boxed{}, "
-        "for example \\boxed{%s}."
-    ),
+# Each instruction is a lead that asks for reasoning, then the answer form (`answer_form`, alone in prompts that ask
+# for the answer without reasoning).
+_LEADS: dict[str, str] = {
+    "numeric": "Solve the problem step by step.",
+    "integer": "Solve the problem step by step.",
+    "math": "Solve the problem step by step.",
+    "choice": "Think through the options step by step.",
+}
+_FORMS: dict[str, str] = {
+    "numeric": "Give the final answer as a single number without units inside \\boxed{}, for example \\boxed{%s}.",
+    "integer": "Give the final answer as a single integer inside \\boxed{}, for example \\boxed{%s}.",
     "math": (
-        "Solve the problem step by step. Give the final answer in simplest exact form, written in LaTeX inside "
-        "\\boxed{}, for example \\boxed{%s}."
+        "Give the final answer in simplest exact form, written in LaTeX inside \\boxed{}, for example \\boxed{%s}."
     ),
     "choice": (
-        "Think through the options step by step. Give the final answer as the letter of the single correct option "
-        "inside \\boxed{}, for example \\boxed{%s}."
+        "Give the final answer as the letter of the single correct option inside \\boxed{}, for example "
+        "\\boxed{%s}."
     ),
 }
 # The example is stated once (dear.tasks.extract.FORMAT_EXAMPLES): extraction ignores it inside this phrase.
-_INSTRUCTIONS: dict[str, str] = {kind: text % FORMAT_EXAMPLES[kind] for kind, text in _TEMPLATES.items()}
+_ANSWER_FORMS: dict[str, str] = {kind: text % FORMAT_EXAMPLES[kind] for kind, text in _FORMS.items()}
+_INSTRUCTIONS: dict[str, str] = {kind: f"{_LEADS[kind]} {_ANSWER_FORMS[kind]}" for kind in _FORMS}
 
 
 def format_instruction(kind: AnswerKind) -> str:
@@ -35,6 +37,14 @@ def format_instruction(kind: AnswerKind) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
     return _INSTRUCTIONS[kind]
+
+
+def answer_form(kind: AnswerKind) -> str:
+    """The format instruction without its lead that asks for step-by-step reasoning: only the answer's form and
+    its example (for prompts that ask for the answer alone)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown answer kind {kind!r}; known: {', '.join(KINDS)}")
+    return _ANSWER_FORMS[kind]
 
 
 def format_example(kind: AnswerKind) -> str:

@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from dear.belief import opinions
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import TURN_KINDS
-from dear.debate.protocols import SelfConsistencyProtocol, StopWhenUnanimousProtocol
+from dear.debate.protocols import AdaptiveSCProtocol, SelfConsistencyProtocol, StopWhenUnanimousProtocol
 from dear.evidence import make_encoder
 from dear.policy import KINDS, LEADER_FEATURE, JointPolicy, PolicyConfig, selection_obs_dim
 from dear.regulator import RegulatedProtocol
@@ -84,6 +84,27 @@ def test_fixed_rules_play_the_baselines():
     assert (m.pairs[m.stop == 0] == 1).all() and (m.pairs[m.stop == 1] == 0).all()
 
 
+def test_random_rules_draw_kinds_and_stops_at_their_frequencies():
+    policy = extended_policy(selection_mode="random", random_p=0.5, kinds_mode="random",
+                             random_kinds=(0.2, 0.3, 0.5), stop_mode="random", random_stop=0.25)
+    obs = torch.rand(4000, selection_obs_dim(3, "extended"))
+    b, u = beliefs(4000)
+    a = policy.act(obs, b, u)
+    go = a.stop == 0
+    assert float(a.stop.mean()) == pytest.approx(0.25, abs=0.03)
+    shares = [float((a.kinds[go] == k).float().mean()) for k in range(3)]
+    assert shares == pytest.approx([0.2, 0.3, 0.5], abs=0.03)
+    assert not policy.selection_trainable and float(a.logp_selection.abs().sum()) == 0.0
+    # only a revising agent reads, at the pair probability
+    revising = (a.kinds[go] == 0).repeat_interleave(2, dim=-1)
+    assert float(a.pairs[go][revising].mean()) == pytest.approx(0.5, abs=0.03)
+    assert float(a.pairs[go][~revising].abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="random_kinds must be 3 probabilities"):
+        PolicyConfig(actions="extended", random_kinds=(0.5, 0.6, 0.0))
+    with pytest.raises(ValueError, match="random_stop must be in"):
+        PolicyConfig(actions="extended", random_stop=1.5)
+
+
 def test_a_paper_policy_is_unchanged():
     paper = JointPolicy(PolicyConfig())
     obs = torch.rand(3, selection_obs_dim(3))
@@ -153,6 +174,23 @@ def test_sc_is_a_setting_of_the_extended_policy():
     theirs = run_protocol(SelfConsistencyProtocol(3, 9))
     for a, b in zip(theirs, mine):
         assert b.n_samples == 9 and b.trace.vote_counts == a.trace.vote_counts
+        assert b.trace.final_score == a.trace.final_score
+
+
+@pytest.mark.parametrize("agree", [2, 3])
+def test_adaptive_sc_is_a_setting_of_the_extended_policy(agree):
+    """One fresh sample a round until `agree` answers agree (at most 9): AdaptiveSCProtocol's samples and votes."""
+    policy = extended_policy(kinds_mode="fresh-one", stop_mode="agree", stop_agree=agree / 3,
+                             behavior_mode="fixed", behavior_map="clip")
+    config = DebateConfig(n_agents=3, n_rounds=6, seed=5, decision="all-answers")
+    mine = DebateEngine(FakeBackend(by_seed), config).run(
+        QUESTIONS, RegulatedProtocol(policy, make_encoder("hashing"), config))
+    theirs = DebateEngine(FakeBackend(by_seed), config).run(QUESTIONS, AdaptiveSCProtocol(3, agree, 9))
+    assert len({d.n_samples for d in theirs}) > 1  # the stop is exercised at several sample counts
+    for a, b in zip(theirs, mine):
+        assert b.n_samples == a.n_samples and b.trace.vote_counts == a.trace.vote_counts
+        # the same requests (a sample's seed is its index's, whichever agent draws it)
+        assert sorted(t.seed for t in b.voters("all-answers")) == sorted(t.seed for t in a.voters("all-answers"))
         assert b.trace.final_score == a.trace.final_score
 
 

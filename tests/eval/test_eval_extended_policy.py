@@ -102,3 +102,28 @@ def test_the_eval_debates_are_dear_infers(evaluated):
         assert [[x.text for x in turns] for turns in r.trace.rounds] == [[x.text for x in turns] for turns in t.rounds]
         assert [(c.kinds, c.stop) for c in r.controls] == [(d["kinds"], d["stop"]) for d in rec["decisions"]]
         assert r.trace.vote_counts == t.vote_counts and r.trace.final_score == t.final_score
+
+
+def test_the_random_control_plays_dears_action_frequencies(evaluated, tmp_path):
+    import shutil
+
+    from eval.action_frequencies import action_frequencies, turn_kind
+
+    policy, out, traces, _ = evaluated
+    res = tmp_path / "res"
+    shutil.copytree(out, res)  # the fixture's directory stays as the other tests read it
+    eval_run.main(["--checkpoint", str(policy), "--methods", "dear,dear-random-mask", "--llm", "sim",
+                   "--benchmarks", "synthetic", "--n", str(N), "--seed", "0", "--out", str(res), "--batch", "4",
+                   "--n-boot", "100", "--max-tokens", "512", "--no-progress"])
+    freq = json.loads((res / "run.json").read_text())["random_policy_frequencies"]["synthetic"]
+    assert freq == json.loads(json.dumps(action_frequencies(traces, 2).to_json()))
+    # DEAR's play (agent 0 revises reading both peers, 1 keeps, 2 draws fresh) in every round it went on
+    went_on = [t for t in traces if len(t.rounds) > 1]
+    assert freq["kinds"][0] == pytest.approx([1 / 3] * 3) and freq["density"][0] == 1.0
+    assert freq["stop"][0] == pytest.approx(1 - len(went_on) / N)
+    control = read_jsonl(res / "traces" / "synthetic" / "dear-random-mask.jsonl")
+    assert len(control) == N
+    turns = [a for t in control for turns in t.rounds[1:] for a in turns]
+    assert turns and {turn_kind(a) for a in turns} != {0} and any(turn_kind(a) != a.agent for a in turns)
+    assert all(len(a.peers) == 2 for a in turns if turn_kind(a) == 0)  # a reviser reads at DEAR's density 1
+    assert all(a.peers == [] for a in turns if turn_kind(a) != 0)
