@@ -12,7 +12,8 @@ from gymnasium.vector import AutoresetMode
 from dear.belief import opinions
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import TURN_KINDS
-from dear.debate.protocols import AdaptiveSCProtocol, SelfConsistencyProtocol, StopWhenUnanimousProtocol
+from dear.debate.protocols import (AdaptiveSCProtocol, MADProtocol, MajorityProtocol, SelfConsistencyProtocol,
+                                   StopWhenUnanimousProtocol)
 from dear.evidence import make_encoder
 from dear.policy import KINDS, LEADER_FEATURE, JointPolicy, PolicyConfig, selection_obs_dim
 from dear.regulator import RegulatedProtocol
@@ -191,6 +192,28 @@ def test_adaptive_sc_is_a_setting_of_the_extended_policy(agree):
         assert b.n_samples == a.n_samples and b.trace.vote_counts == a.trace.vote_counts
         # the same requests (a sample's seed is its index's, whichever agent draws it)
         assert sorted(t.seed for t in b.voters("all-answers")) == sorted(t.seed for t in a.voters("all-answers"))
+        assert b.trace.final_score == a.trace.final_score
+
+
+def test_mad_is_a_setting_of_the_extended_policy():
+    policy = extended_policy(selection_mode="full", kinds_mode="revise", stop_mode="never",
+                             behavior_mode="fixed", behavior_map="clip")
+    mine = regulated(policy, "last-round")
+    theirs = run_protocol(MADProtocol(3, 2))
+    for a, b in zip(theirs, mine):
+        assert [[(t.text, t.peers) for t in turns] for turns in b.trace.rounds] == \
+            [[(t.text, t.peers) for t in turns] for turns in a.trace.rounds]
+        assert b.trace.final_score == a.trace.final_score and len(b.trace.rounds) == 3
+
+
+def test_round0_majority_is_a_setting_of_the_extended_policy():
+    """A stop whose agreement threshold every vote meets: the debate ends before its first exchange."""
+    policy = extended_policy(kinds_mode="revise", stop_mode="agree", stop_agree=0.0,
+                             behavior_mode="fixed", behavior_map="clip")
+    mine = regulated(policy, "last-round")
+    theirs = run_protocol(MajorityProtocol())
+    for a, b in zip(theirs, mine):
+        assert len(b.trace.rounds) == 1 and b.trace.vote_counts == a.trace.vote_counts
         assert b.trace.final_score == a.trace.final_score
 
 
