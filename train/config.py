@@ -223,8 +223,9 @@ class HAPPOConfig:
     lr_behavior: float = 3e-4  # Adam learning rate of the behavior policy
     lr_critic: float = 1e-3  # Adam learning rate of the critic
     # Linear decay of every learning rate to 0 over run.iterations (CleanRL's anneal_lr): late, noisy updates
-    # move the policy less, so it settles where it is instead of random-walking around the optimum
-    anneal_lr: bool = False
+    # move the policy less, so it settles where it is instead of random-walking around the optimum (the learning
+    # suite: no world worse, docs/learning-suite.md)
+    anneal_lr: bool = True
     update_epochs: int = 5  # passes over each iteration's batch
     num_minibatches: int = 1  # minibatches per pass
     norm_adv: bool = True  # standardise advantages per minibatch

@@ -220,11 +220,15 @@ class CheckDir:
             if isinstance(old.get("resolved_config"), dict):  # ... or before a config key existed
                 old["resolved_config"] = with_settings_before_the_key(old["resolved_config"])
             old.pop("seeds", None)  # checks written before seeds could be added later stored them
-            if old != settings:
-                diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+            # The overrides say only how a setting was given (today's default may have been an override then,
+            # and the reverse): the resolved config is what the check ran with.
+            diff = sorted(k for k in set(old) | set(settings) if k != "overrides" and old.get(k) != settings.get(k))
+            if diff:
                 raise ValueError(f"{out} holds a check with other settings ({', '.join(diff)}); use another --out")
+            settings = {**settings, "overrides": old.get("overrides", settings["overrides"])}
         else:
             write_json(saved, settings, indent=2, trailing_newline=True)
+        self.settings = settings  # as the check was first run (its tables name the overrides it was made with)
 
     def rows(self) -> dict[str, dict]:
         return {r["key"]: r for r in read_rows(self.out)}
@@ -296,7 +300,7 @@ def run_check(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], out
         run.add(key, _row(f"DEAR, seed {seed}", "dear", m, str(result.run_dir), eps, cost,
                           time.process_time() - t0))
     rows = list(run.rows().values())
-    write_tables(out, rows, settings, command)
+    write_tables(out, rows, run.settings, command)
     write_curves(out, rows, cost)
     return rows
 

@@ -19,7 +19,7 @@ def logged_lrs(run_dir) -> list[tuple[float, float]]:
 
 def test_learning_rates_fall_linearly_and_resume_on_schedule(tmp_path):
     run = tmp_path / "run"
-    over = [*SMALL, f"run.out_dir={tmp_path}", "happo.anneal_lr=true", "run.checkpoint_every=1"]
+    over = [*SMALL, f"run.out_dir={tmp_path}", "run.checkpoint_every=1"]  # annealing is the default
     tr = Trainer(load_config("sim-stylised", [*over, "run.iterations=2"]), run_dir=run)
     tr.train()
     tr.close()
@@ -35,8 +35,8 @@ def test_learning_rates_fall_linearly_and_resume_on_schedule(tmp_path):
 
 
 def test_without_annealing_the_rates_stay(tmp_path):
-    tr = Trainer(load_config("sim-stylised", [*SMALL, f"run.out_dir={tmp_path}", "run.iterations=2"]),
-                 run_dir=tmp_path / "run")
+    tr = Trainer(load_config("sim-stylised", [*SMALL, f"run.out_dir={tmp_path}", "run.iterations=2",
+                                              "happo.anneal_lr=false"]), run_dir=tmp_path / "run")
     tr.train()
     tr.close()
     cfg = tr.cfg
