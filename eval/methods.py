@@ -335,9 +335,8 @@ class DensityMatched:
             raise ValueError(f"density-matched random mask: debates at different rounds {sorted(rounds)}")
         r = rounds.pop()  # debates that ran round r choose round r + 1: the lists' entry r
         config = self.inner.policy.config
-        config.random_p = float(self.density[r])
+        config.random_p = float(self.density[r])  # an extended policy's: its revisers' density (eval.run)
         if self.frequencies is not None:
-            config.random_p = float(self.frequencies.density[r])
             config.random_kinds = tuple(self.frequencies.kinds[r])
             config.random_stop = float(self.frequencies.stop[r])
         return self.inner.controls(debates)
