@@ -81,7 +81,7 @@ class RegulatedDebater:
                  agent_profiles: Sequence[AgentProfile] | None = None, **backend_options):
         n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # old keyword
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
-        key = llm if isinstance(llm, str) else "llm"  # the profiles' name of `llm`
+        self._key = key = llm if isinstance(llm, str) else "llm"  # the profiles' name of `llm`
         profiles = on_backend(agent_profiles, key) if agent_profiles else None
         if profiles and len(profiles) != self.exported.n_agents:
             raise ValueError(f"agent profiles list {len(profiles)} agents but the policy debates with "
@@ -100,8 +100,7 @@ class RegulatedDebater:
         # The other backends the profiles name: built here, always closed here
         self.extra_backends = {spec: _profile_backend(spec, cache, backend_options)
                                for spec in backend_specs(profiles or ()) if spec != key}
-        self.engine = DebateEngine({key: self.backend, **self.extra_backends} if self.extra_backends else self.backend,
-                                   self.config)
+        self.engine = DebateEngine(self.backends(self.backend), self.config)
         if self.transfer:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
                         self.exported.path)
@@ -110,6 +109,11 @@ class RegulatedDebater:
     def transfer(self) -> bool:
         """A policy trained on the synthetic backend debating on a real one (on the sim itself there is none)."""
         return self.exported.synthetic and not self.backend.synthetic
+
+    def backends(self, main: Backend) -> Backend | dict[str, Backend]:
+        """What an engine of this debater's agents runs on, `main` standing in for `llm` (dear.serve passes its
+        shared batch): `main` alone, or with profiles on other backends a mapping by the profiles' backend."""
+        return {self._key: main, **self.extra_backends} if self.extra_backends else main
 
     def protocol(self) -> RegulatedProtocol:
         """A fresh regulated protocol with this debater's policy, encoder and config (records per debate id)."""

@@ -25,6 +25,7 @@ import torch
 
 from dear.belief import opinions
 from dear.debate.engine import Debate, DebateConfig, RoundControl
+from dear.debate.trace import AgentTurn
 from dear.evidence import Encoder, answer_aware_evidence, pairwise_evidence
 from dear.policy import JointPolicy, selection_observation
 from dear.vote import tally
@@ -80,30 +81,40 @@ def decision_features(d: Debate) -> list[float]:
     return [min(max(round_frac, 0.0), 1.0), min(counts[0] / v, 1.0), min((counts[0] - counts[1]) / v, 1.0)]
 
 
-def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0) -> BeliefObservation:
-    """Encode every agent's reasoning and conclusion of each debate's last round (ONE encode call) and
-    turn them into beliefs, the selection observation and the critic state. `answer_aware` > 0 mixes into e_ij
-    whether the two agents' parsed answers agree (dear.evidence.answer_aware_evidence; 0 = the paper's e_ij)."""
-    if not debates:
-        raise ValueError("observe: no debates given")
-    n_agents = debates[0].n_agents
+def round_evidence(rounds: Sequence[Sequence[AgentTurn]], encoder: Encoder, answer_aware: float = 0.0) -> torch.Tensor:
+    """e_ij of each given round's agents, (len(rounds), V, V), from ONE encode call over every agent's reasoning
+    and conclusion. `answer_aware` > 0 mixes into e_ij whether the two agents' parsed answers agree
+    (dear.evidence.answer_aware_evidence; 0 = the paper's e_ij)."""
     texts: list[str] = []
-    for d in debates:
-        turns = d.last_turns
-        if len(turns) != n_agents:
-            raise ValueError(
-                f"observe: debate {d.debate_id} has {len(turns)} turns in its last round, "
-                f"expected {n_agents} (has round 0 run?)"
-            )
+    for turns in rounds:
         texts += [t.reasoning if t.reasoning.strip() else _EMPTY_TEXT for t in turns]
         texts += [t.conclusion if t.conclusion.strip() else _EMPTY_TEXT for t in turns]
     emb = torch.from_numpy(np.asarray(encoder.encode(texts), dtype=np.float32))
-    emb = emb.reshape(len(debates), 2, n_agents, -1)
+    emb = emb.reshape(len(rounds), 2, len(rounds[0]), -1)
     e = pairwise_evidence(emb[:, 0], emb[:, 1])
     if answer_aware > 0:
-        e = answer_aware_evidence(e, [d.answer_keys for d in debates], answer_aware)
+        e = answer_aware_evidence(e, [[t.answer_key for t in turns] for turns in rounds], answer_aware)
+    return e
+
+
+def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0) -> BeliefObservation:
+    """Encode every agent's reasoning and conclusion of each debate's last round (ONE encode call) and
+    turn them into beliefs, the selection observation and the critic state (`round_evidence`). Each debate's
+    certainties 1 - u of that round are kept in `Debate.certainty` (the belief-weighted vote reads them)."""
+    if not debates:
+        raise ValueError("observe: no debates given")
+    n_agents = debates[0].n_agents
+    for d in debates:
+        if len(d.last_turns) != n_agents:
+            raise ValueError(
+                f"observe: debate {d.debate_id} has {len(d.last_turns)} turns in its last round, "
+                f"expected {n_agents} (has round 0 run?)"
+            )
+    e = round_evidence([d.last_turns for d in debates], encoder, answer_aware)
     op = opinions(e)
     b, u = op.b.float(), op.u.float()
+    for d, u_d in zip(debates, u):
+        d.certainty[d.round] = (1.0 - u_d).tolist()
 
     extra = []
     for d in debates:
@@ -120,6 +131,29 @@ def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0
         round=[d.round for d in debates],
         decision=torch.tensor([decision_features(d) for d in debates], dtype=torch.float32),
     )
+
+
+@dataclass
+class CertaintyWeigher:
+    """The belief-weighted vote's weights (dear.debate.engine.Weigher): each agent's certainty 1 - u_i in every
+    round of a debate that no observation has covered yet (usually only the last, which the engine votes on
+    before the regulator sees it). u_i = V / (V + sum_j e_ij) (DESIGN §3), so an answer weighs more the more its
+    reasoning is corroborated by its round's peers; 1 - u_i < 1/2."""
+
+    encoder: Encoder
+    answer_aware: float = 0.0  # the evidence the regulator uses (observe)
+
+    def __call__(self, debates: Sequence[Debate]) -> None:
+        todo: dict[int, list[tuple[Debate, int]]] = {}  # by round width: one batch per V
+        for d in debates:
+            for r, turns in enumerate(d.trace.rounds):
+                if r not in d.certainty:
+                    todo.setdefault(len(turns), []).append((d, r))
+        for group in todo.values():
+            rounds = [d.trace.rounds[r] for d, r in group]
+            u = opinions(round_evidence(rounds, self.encoder, self.answer_aware)).u.float()
+            for (d, r), u_r in zip(group, u):
+                d.certainty[r] = (1.0 - u_r).tolist()
 
 
 def make_controls(

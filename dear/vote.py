@@ -7,7 +7,8 @@ equivalent answers (`5/4`, `1.25`) vote together. `None` (no parsable answer) ne
 
 The tie rule, stated once: a vote's score is its expected correctness over its tied leaders — a k-way tie with
 the correct answer among the leaders scores 1/k (`Tally.score`, `VoteResult.score`). That score is the primary
-accuracy of every method and every round. The seeded pick (`Tally.pick`) still names one answer (the answer a
+accuracy of every method and every round. The belief-weighted rule (`weighted_tally`) ranks keys by summed
+weights instead of counts, under the same tie rule. The seeded pick (`Tally.pick`) still names one answer (the answer a
 user gets); its correctness is kept as a secondary number. Leaders are sorted, so the pick does not depend on
 agent order.
 """
@@ -57,6 +58,23 @@ def tally(keys: Sequence[str | None]) -> Tally:
     return Tally(counts=dict(counts), leaders=tuple(sorted(k for k, c in counts.items() if c == top)), top=top)
 
 
+def weighted_tally(keys: Sequence[str | None], weights: Sequence[float]) -> Tally:
+    """The leaders by each key's summed weight instead of its count (the belief-weighted rule); weights within
+    1e-9 of the top tie. `counts` stay the plain votes; `top` is the most votes any leader has."""
+    if len(weights) != len(keys):
+        raise ValueError(f"weighted_tally: {len(weights)} weights for {len(keys)} keys")
+    plain = tally(keys)
+    if not plain.counts:
+        return plain
+    mass: dict[str, float] = {}
+    for k, w in zip(keys, weights):
+        if k is not None:
+            mass[k] = mass.get(k, 0.0) + float(w)
+    best = max(mass.values())
+    leaders = tuple(sorted(k for k, m in mass.items() if m >= best - 1e-9))
+    return Tally(counts=plain.counts, leaders=leaders, top=max(plain.counts[k] for k in leaders))
+
+
 def key_correct(keys: Sequence[str | None], correct: Sequence[bool]) -> dict[str, bool]:
     """Whether each answer key was graded correct (True if any agent giving it was graded correct)."""
     out: dict[str, bool] = {}
@@ -75,10 +93,11 @@ class VoteResult:
     score: float = 0.0  # expected correctness over the tied leaders: the primary accuracy
 
 
-def vote(keys: Sequence[str | None], correct: Sequence[bool], rng: np.random.Generator) -> VoteResult:
-    """Plurality over `keys`: its score over tied leaders and a seeded pick; a key is correct iff an agent that
-    gave it was graded correct."""
-    t = tally(keys)
+def vote(keys: Sequence[str | None], correct: Sequence[bool], rng: np.random.Generator,
+         weights: Sequence[float] | None = None) -> VoteResult:
+    """Plurality over `keys` (or, with `weights`, the largest summed weight): its score over tied leaders and a
+    seeded pick; a key is correct iff an agent that gave it was graded correct."""
+    t = tally(keys) if weights is None else weighted_tally(keys, weights)
     winner = t.pick(rng)
     if winner is None:
         return VoteResult(answer=None, correct=False, tie=False, counts={})

@@ -17,7 +17,8 @@ Action (Dict):
                   call), 2 = fresh (an independent sample from the question alone)
     "stop"        Discrete(2): 1 ends the debate before this round (no call); the vote is taken at once, so an
                   episode has 1 .. n_rounds steps.
-`decision` picks the final vote's answers: the last round's (the paper's) or every sample (all-answers).
+`decision` picks the final vote's answers: the last round's (the paper's), every sample (all-answers), or every
+sample weighted by its agent's certainty 1 - u_i (belief-weighted, dear.regulator.CertaintyWeigher).
 Reward: 0 on intermediate steps (unless `shaping=True`); terminal
     score(plurality answer) - token_cost * (all prompt + completion tokens of the debate) / 1000,
 where the score is 1 when the plurality answer is correct and 1/k for a k-way tie holding the correct answer
@@ -61,7 +62,7 @@ from dear.policy import (
     selection_obs_dim,
     to_sampling,
 )
-from dear.regulator import BeliefObservation, make_controls, observe, state_dim
+from dear.regulator import BeliefObservation, CertaintyWeigher, make_controls, observe, state_dim
 from dear.tasks.types import Question
 
 
@@ -240,6 +241,7 @@ class DebateCore:
                 decision=cfg.decision,
                 agent_profiles=cfg.agent_profiles,
             ),
+            weigher=CertaintyWeigher(self.encoder, cfg.answer_aware),
         )
         v = cfg.n_agents
         self.pairs = pair_order(v)

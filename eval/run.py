@@ -54,6 +54,7 @@ from dear.export import choose_encoder
 from dear.integrity import read_json
 from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.progress import LiveProgress
+from dear.regulator import CertaintyWeigher
 from dear.tasks.types import Question
 from eval import methods as M
 from eval.action_frequencies import ActionFrequencies, action_frequencies
@@ -442,7 +443,7 @@ class Evaluator:
             import torch
 
             torch.manual_seed(derive_seed(self.s.seed, chunk_index, 0xA5))  # sampled actions: fixed per chunk
-        engine = DebateEngine(self.backend(), run.config)
+        engine = DebateEngine(self.backend(), run.config, weigher=self._weigher(run.config))
         if spec.rule:  # adaptive self-consistency: each question reads its own prefix; nothing is generated
             debates = self._rule_debates(spec, run, chunk, round0)
         else:
@@ -474,6 +475,12 @@ class Evaluator:
             log.info("%s/%s: random mask with DEAR's per-round read density %s", benchmark, spec.name,
                      np.round(density, 3).tolist())
         return traces, regulator
+
+    def _weigher(self, config: DebateConfig) -> CertaintyWeigher | None:
+        """The belief-weighted vote's weights from the checkpoint's own evidence (None for the other rules)."""
+        if config.decision != "belief-weighted":
+            return None
+        return CertaintyWeigher(self.encoder(), self.ckpt.answer_aware if self.ckpt else 0.0)
 
     def _rule_debates(self, spec: M.MethodSpec, run: M.MethodRun, chunk: list[Question],
                       round0: dict[str, DebateTrace]) -> list[Debate]:

@@ -138,7 +138,8 @@ class EnvSection:
     # The regulator's actions: "paper" (who reads whom + T/top-p) or "extended" (also per agent revise / keep /
     # fresh sample, and a stop after each round); envs/debate_env.py documents both.
     actions: Literal["paper", "extended"] = "paper"
-    decision: Literal["last-round", "all-answers"] = "last-round"  # the final vote: last round, or every sample
+    # the final vote: last round, every sample, or every sample weighted by its agent's certainty 1 - u_i
+    decision: Literal["last-round", "all-answers", "belief-weighted"] = "last-round"
     # Potential-based shaping with Φ = the round's plurality score (envs/debate_env.py): the optimum is unchanged,
     # and the return loses the variance round 0 fixed before any action (its std halves in the fitted world).
     shaping: bool = True

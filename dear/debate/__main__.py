@@ -1,7 +1,9 @@
 """Run built-in debate protocols on a benchmark: `python -m dear.debate --task gsm8k --n 5 --protocol mad`.
 
 Prints per-question answers, correctness, tokens and wall time, then a summary. Responses are cached on
-disk by default (a repeated run makes no model calls); --no-cache for fresh samples.
+disk by default (a repeated run makes no model calls); --no-cache for fresh samples. A mixed pool is either a
+comma-separated --llm (one spec per agent) or --agent-profiles (each agent's backend, reply style and token
+limit, dear/debate/profiles.py).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from tqdm import tqdm
 from dear import tasks
 from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
-from dear.debate.cli_args import add_backend_args, add_debate_args, add_output_args, add_question_args
+from dear.debate.cli_args import add_backend_args, add_debate_args, add_output_args, add_question_args, n_agents_of
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
+from dear.debate.profiles import AgentProfile, backend_specs, on_backend
 from dear.debate.protocols import PROTOCOLS, make_protocol
 from dear.debate.trace import write_jsonl
 from dear.integrity import check_output_file
@@ -38,22 +41,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_question_args(p, n=5, data_seed=0)
     p.add_argument("--protocol", default="mad", help=f"one of {', '.join(PROTOCOLS)} (random:<p> for a probability)")
     backend = add_backend_args(p, llm_note="a comma-separated list gives one spec per agent (heterogeneous debate)",
-                               parallel_note="default: questions x agents, at most 16", speculative=True)
+                               parallel_note="default: questions x agents, at most 16", speculative=True,
+                               agent_profiles=True)
     cache = backend.add_mutually_exclusive_group()
     cache.add_argument("--cache", type=Path, default=None,
                        help="response cache file (default: $DEAR_CACHE_DIR or ~/.cache/dear, responses.sqlite)")
     cache.add_argument("--no-cache", action="store_true", help="always call the model")
-    add_debate_args(p, sampling=True, layout=DebateConfig.layout)
+    add_debate_args(p, n_agents=None, n_agents_note="default: one per --agent-profiles, else 3", sampling=True,
+                    layout=DebateConfig.layout)
     add_output_args(p, out_help="write per-debate JSONL traces here", path=True, verbose=True)
     return p.parse_args(argv)
 
 
-def build_backends(args: argparse.Namespace, n_requests: int) -> tuple[dict[str, Backend], tuple[str, ...] | None]:
+def agent_profiles(args: argparse.Namespace) -> tuple[AgentProfile, ...] | None:
+    """--agent-profiles, each naming its backend (--llm for those that name none); sets args.n_agents (default 3)."""
+    if args.agent_profiles and "," in args.llm:
+        raise ValueError("--llm must be one spec with --agent-profiles (the backend of profiles that name none)")
+    profiles = on_backend(args.agent_profiles, args.llm) if args.agent_profiles else None
+    args.n_agents = n_agents_of(profiles, args.n_agents) or 3
+    return profiles
+
+
+def build_backends(args: argparse.Namespace, n_requests: int, profiles: tuple[AgentProfile, ...] | None = None
+                   ) -> tuple[dict[str, Backend], tuple[str, ...] | None]:
+    """One backend per distinct spec (of --llm, or of the profiles), and the per-agent specs of a comma-separated
+    --llm (DebateConfig.agent_backends; None otherwise)."""
     specs = [s.strip() for s in args.llm.split(",") if s.strip()]
     if len(specs) > 1 and len(specs) != args.n_agents:
         raise ValueError(f"--llm lists {len(specs)} specs but --n-agents is {args.n_agents}")
     backends: dict[str, Backend] = {}
-    for spec in dict.fromkeys(specs):
+    for spec in backend_specs(profiles) if profiles else dict.fromkeys(specs):
         kwargs = {}
         if spec.split(":")[0] in ("local", "smoke"):
             kwargs["n_parallel"] = args.parallel or max(1, min(16, n_requests))
@@ -73,12 +90,14 @@ def _setup(args: argparse.Namespace):
     backends (a user error raises ValueError / BackendError / OSError with a message naming the flag)."""
     if args.out:
         check_output_file(args.out, "--out")  # before any debate runs, not after
+    profiles = agent_profiles(args)
     questions = tasks.load(args.task, split=args.split, n=args.n, seed=args.data_seed)
     config = DebateConfig(n_agents=args.n_agents, n_rounds=args.n_rounds, temperature0=args.temperature,
-                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed, layout=args.layout)
+                          top_p0=args.top_p, max_tokens=args.max_tokens, seed=args.seed, layout=args.layout,
+                          agent_profiles=profiles)
     protocol = make_protocol(args.protocol, config)
     t_load = time.perf_counter()
-    backends, agent_backends = build_backends(args, len(questions) * args.n_agents)
+    backends, agent_backends = build_backends(args, len(questions) * args.n_agents, profiles)
     if agent_backends:
         config = dataclasses.replace(config, agent_backends=agent_backends)
     return questions, config, protocol, backends, time.perf_counter() - t_load
@@ -95,7 +114,8 @@ def main(argv=None) -> int:
     questions, config, protocol, backends, load_s = _setup(args)
     engine = DebateEngine(backends, config)
 
-    print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.n_agents}, "
+    profiles = f" ({', '.join(p.name for p in config.agent_profiles)})" if config.agent_profiles else ""
+    print(f"{args.task}: {len(questions)} questions, protocol={protocol.name}, agents={args.n_agents}{profiles}, "
           f"rounds={protocol.n_rounds}, llm={args.llm} ({', '.join(sorted(set(engine.model_ids)))})", flush=True)
     t0 = time.perf_counter()
     with tqdm(total=protocol.n_rounds + 1, desc="rounds", unit="round", file=sys.stderr) as bar:

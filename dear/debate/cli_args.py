@@ -117,7 +117,7 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
                            help=_help(f"one profile per agent (a mixed pool), comma-separated {FORM}: BACKEND a "
                                       f"--llm spec (default --llm), STYLE one of {', '.join(STYLES)} (direct = the "
                                       f"final answer alone, no reasoning), MAX_TOKENS the agent's completion limit "
-                                      f"(default --max-tokens); e.g. {EXAMPLE}; sets --n-agents"))
+                                      f"(default --max-tokens); e.g. {EXAMPLE}; one per agent"))
     return group
 
 

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -35,8 +36,10 @@ T_MAX = 2.0  # the widest temperature range any backend we support accepts (Open
 TURN_KINDS = ("revise", "keep", "fresh")
 # How the final answer is decided (DebateConfig.decision): the paper's plurality over the last round, or the
 # plurality over every distinct sample the debate produced (round 0, fresh samples and revisions; a kept answer
-# is not a new sample, so it does not vote twice).
-DECISIONS = ("last-round", "all-answers")
+# is not a new sample, so it does not vote twice), or the same samples each weighted by its agent's certainty
+# 1 - u_i in the round it answered (belief-weighted: the subjective-logic quantity the regulator observes;
+# the engine gets the weights from a `Weigher`, dear.regulator.CertaintyWeigher).
+DECISIONS = ("last-round", "all-answers", "belief-weighted")
 MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate (also the server's check)
 MIN_MAX_TOKENS = 16
 
@@ -191,6 +194,9 @@ class Debate:
     error: str | None = None
     finished: bool = False
     decision: str = "last-round"  # how the final answer is decided (DECISIONS)
+    # Each agent's certainty 1 - u_i per completed round (round -> V values), filled by whoever computes beliefs
+    # (the regulator's observation, a Weigher); the belief-weighted vote reads it.
+    certainty: dict[int, list[float]] = field(default_factory=dict)
     # Groups the debate's answer keys by the grader's equivalence: every recorded key is its class's
     # representative, so `5/4` and `1.25` vote together everywhere downstream.
     classes: AnswerClasses = field(init=False, repr=False)
@@ -233,12 +239,22 @@ class Debate:
         rounds = self.trace.rounds
         return list(rounds[0]) + [t for turns in rounds[1:] for t in turns if not t.silent]
 
+    def vote_weights(self, decision: str) -> list[float] | None:
+        """The voters' weights: None (one vote each), or under belief-weighted each voter's certainty in its round."""
+        if decision != "belief-weighted":
+            return None
+        turns = self.voters(decision)
+        missing = sorted({t.round for t in turns} - set(self.certainty))
+        if missing:
+            raise ValueError(f"debate {self.debate_id}: the belief-weighted vote needs certainties of rounds {missing}")
+        return [self.certainty[t.round][t.agent] for t in turns]
+
     def vote(self, decision: str = "last-round") -> VoteResult:
-        """Plurality over the voting turns' answer keys (`voters`): its score over tied leaders, and a pick among
-        them by an RNG seeded per debate+round."""
+        """The vote over the voting turns' answer keys (`voters`, weighted by `vote_weights`): its score over tied
+        leaders, and a pick among them by an RNG seeded per debate+round."""
         turns = self.voters(decision)
         rng = np.random.default_rng([self.vote_seed, max(self.round, 0)])
-        return vote([t.answer_key for t in turns], [t.correct for t in turns], rng)
+        return vote([t.answer_key for t in turns], [t.correct for t in turns], rng, self.vote_weights(decision))
 
 
 @dataclass
@@ -305,9 +321,18 @@ def default_debate_seed(question: Question) -> int:
     return zlib.crc32(f"{question.task}/{question.id}".encode())
 
 
+class Weigher(Protocol):
+    """Fills `Debate.certainty` for every completed round of the given debates (the belief-weighted vote's weights)."""
+
+    def __call__(self, debates: Sequence[Debate]) -> None: ...
+
+
 class DebateEngine:
-    def __init__(self, backends: Backend | Mapping[str, Backend], config: DebateConfig = DebateConfig()):
+    def __init__(self, backends: Backend | Mapping[str, Backend], config: DebateConfig = DebateConfig(),
+                 weigher: Weigher | None = None):
+        """`weigher` is needed only by debates whose decision is belief-weighted (it computes their weights)."""
         self.config = config
+        self.weigher = weigher
         single = isinstance(backends, Backend)
         self.backends: dict[str, Backend] = {"default": backends} if single else dict(backends)
         if not self.backends:
@@ -355,6 +380,9 @@ class DebateEngine:
         decision = cfg.decision if decision is None else decision
         if decision not in DECISIONS:
             raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
+        if decision == "belief-weighted" and self.weigher is None:
+            raise ValueError("decision 'belief-weighted' needs an engine with a weigher "
+                             "(DebateEngine(..., weigher=dear.regulator.CertaintyWeigher(encoder)))")
         if debate_seeds is None:
             debate_seeds = [default_debate_seed(q) for q in questions]
         if len(debate_seeds) != len(questions):
@@ -508,6 +536,7 @@ class DebateEngine:
                 raise ValueError(f"redo_last_round: round {d.round} of {d.debate_id} was already redone once")
         for d in debates:
             d.trace.drop_last_round()
+            d.certainty.pop(d.round, None)
             d.round -= 1
             d.finished = False
             d.trace.set_vote(None)
@@ -822,6 +851,8 @@ class DebateEngine:
             # A failed debate has no trustworthy final answer: it counts as wrong and is reported as failed.
             tr.set_vote(None)
             return
+        if d.decision == "belief-weighted":
+            self.weigher([d])
         tr.set_vote(d.vote(d.decision))
 
 

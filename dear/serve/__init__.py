@@ -18,4 +18,6 @@ their methods (`dear.serve.scheduler`). The request fields used, ignored and rej
 `dear.serve.schemas`; the whole contract is in docs/SERVING.md. With `--api-key` (or DEAR_API_KEY) every
 endpoint but /health needs `Authorization: Bearer KEY` (the clients' `api_key`); request bodies over
 `--max-body-size` get 413, and a question too long for the backend's context 400 before any agent runs.
+`--agent-profiles` (dear/debate/profiles.py, as in dear.infer) gives each agent its backend, reply style and
+token limit, in every method; the responses name them (`dear.agent_profiles`, each agent's `profile`).
 """

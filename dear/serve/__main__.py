@@ -17,6 +17,7 @@ from dear import tasks
 from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_policy_args
+from dear.debate.profiles import AgentProfile, on_backend
 from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater
 from dear.serve import __doc__ as package_doc
@@ -74,7 +75,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=package_doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_policy_args(p, shipped=SHIPPED_POLICY)
-    backend = add_backend_args(p, parallel=OMIT, n_ctx=OMIT)
+    backend = add_backend_args(p, parallel=OMIT, n_ctx=OMIT, agent_profiles=True)
     backend.add_argument("--cache", help="SQLite response cache")
     backend.add_argument("--llm-option", action="append", type=_llm_option, default=[], metavar="KEY=VALUE",
                          help="keyword argument for the backend (repeat), e.g. n_parallel=8, max_retries=1")
@@ -115,6 +116,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
+def checked_profiles(a: argparse.Namespace, n_agents: int) -> tuple[AgentProfile, ...] | None:
+    """--agent-profiles checked against the policy's V agents before anything loads (each profile's form and
+    backend spec were checked while the flags were parsed)."""
+    profiles = a.agent_profiles
+    if profiles is None:
+        return None
+    if "," in a.llm:
+        raise ValueError("--llm must be one spec with --agent-profiles (the backend of profiles that name none)")
+    if len(profiles) != n_agents:
+        raise ValueError(f"--agent-profiles lists {len(profiles)} agents but the policy {a.policy} debates with "
+                         f"V={n_agents}; give one profile per agent")
+    return profiles
+
+
 def backend_options(a: argparse.Namespace, n_agents: int) -> dict[str, Any]:
     options = dict(a.llm_option)
     if a.llm.split(":")[0] in ("local", "smoke"):  # llama.cpp slots: one per agent turn of a full batch
@@ -135,12 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         choose_encoder(exported.encoder, a.encoder, a.allow_encoder_mismatch)
     except ValueError as e:
         raise ValueError(f"--encoder: {e}") from e
+    profiles = checked_profiles(a, exported.n_agents)
     options = backend_options(a, exported.n_agents)
 
     def build() -> RegulatedDebater:
         return RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens,
                                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, encoder=a.encoder,
-                                cache=a.cache, allow_encoder_mismatch=a.allow_encoder_mismatch, **options)
+                                cache=a.cache, allow_encoder_mismatch=a.allow_encoder_mismatch,
+                                agent_profiles=profiles, **options)
 
     scheduler = DebateScheduler(build, max_active=a.max_active, max_queue=a.max_queue,
                                 batch_window_s=a.batch_window_ms / 1000, retry_s=a.backend_retry_s)
@@ -150,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = exposure_warning(a.host, a.api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    print(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}) on http://{a.host}:{a.port}/v1"
+    agents = f", agents {', '.join(p.name for p in on_backend(profiles, a.llm))}" if profiles else ""
+    print(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}{agents}) on http://{a.host}:{a.port}/v1"
           f"{' (API key required)' if a.api_key else ''}", flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level)
     return 0

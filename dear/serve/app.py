@@ -2,7 +2,8 @@
 
 The request's `model` picks the method (`dear.serve.methods`); a debate that a budget (`max_tokens`,
 `dear_max_rounds`) stopped before its planned rounds ends with `finish_reason: "length"` and says which budget
-in `dear.stopped`.
+in `dear.stopped`. A server started with agent profiles (`--agent-profiles`) names them in `dear.agent_profiles`
+(one per agent of the method) and in each agent of `dear.rounds` (`profile`, `style`), and in /health.
 
 Status codes: 400 bad request (malformed JSON, wrong types, no user message, unsupported parameter, a seed
 out of range, a token budget below round 0's worst case, a question too long for the backend's context: code
@@ -36,6 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import dear
+from dear.debate.profiles import names
 from dear.infer import InferenceResult, make_question
 from dear.synthetic_header import parse_header
 from dear.serve.schemas import (
@@ -210,7 +212,8 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                                 "scheduler": scheduler.stats.to_dict()}
         debater = scheduler.debater
         if debater is not None:
-            body["backend"] = {"model_id": debater.backend.model_id, "synthetic": debater.backend.synthetic}
+            body["backend"] = {"model_id": debater.backend.model_id, "synthetic": debater.backend.synthetic,
+                               "agent_profiles": names(debater.config.agent_profiles)}
             body["policy"] = {"path": str(debater.exported.path), "n_agents": debater.config.n_agents,
                               "n_rounds": debater.config.n_rounds, "trained_on_synthetic": debater.exported.synthetic,
                               "rounds": debater.config.n_rounds}  # "rounds": n_rounds' old name, kept for old clients
@@ -292,7 +295,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                                             _finish_reason(done)))
 
     def _dear_summary(r: InferenceResult, params: DebateParams, done: DebateDone) -> dict[str, Any]:
-        debater = scheduler.debater
+        debater, method = scheduler.debater, scheduler.methods.get(params.method)
         return {
             "answer": r.answer, "tie": r.tie, "votes": dict(r.trace.vote_counts), "kind": params.kind,
             "method": params.method, "debate_id": r.trace.debate_id, "seed": r.trace.seed,
@@ -300,6 +303,8 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             "stopped": done.stopped,
             "budget": {"max_tokens": params.max_tokens, "max_rounds": params.max_rounds},
             "backend": debater.backend.model_id if debater else None,
+            # Each agent's profile (--agent-profiles): which pool answered; None for the server's uniform agents.
+            "agent_profiles": method.agent_profiles if method else None,
             "synthetic": bool(debater and debater.backend.synthetic),
             # Only DEAR runs the policy; the baselines have none.
             "policy_trained_on_synthetic": (bool(debater and debater.exported.synthetic)

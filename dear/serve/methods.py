@@ -13,7 +13,9 @@ R exchange rounds, `--max-tokens` per turn, round 0 at `--temperature`/`--top-p`
 - `majority`: the plurality of round 0's V independent answers, no exchange.
 
 Every method runs on an engine over one shared backend (`SharedBatch`), so the scheduler advances all of
-them in one batched backend call per step.
+them in one batched backend call per step. With agent profiles (`--agent-profiles`, dear/debate/profiles.py)
+every method's agents take them as the harness's do: agent i profile i, single CoT agent 0, self-consistency's
+samples the pool in order; a backend a profile names besides `--llm` is called by each engine directly.
 """
 
 from __future__ import annotations
@@ -74,9 +76,20 @@ class ServedMethod:
         return getattr(self.protocol, "decision", DECISIONS[0])
 
     @property
+    def turn_limits(self) -> list[int]:
+        """Each agent's completion limit per turn: its profile's, else the server's --max-tokens."""
+        return [self.config.agent_max_tokens(i) for i in range(self.n_agents)]
+
+    @property
     def round_worst_case(self) -> int:
-        """The most completion tokens one round can take: every agent's call at the per-turn limit."""
-        return self.n_agents * self.config.max_tokens
+        """The most completion tokens one round can take: every agent's call at its per-turn limit."""
+        return sum(self.turn_limits)
+
+    @property
+    def agent_profiles(self) -> list[str] | None:
+        """Each agent's profile in its compact form (e.g. `smoke:direct:64`); None without profiles."""
+        cfg = self.config
+        return None if cfg.agent_profiles is None else [cfg.profile(i).name for i in range(self.n_agents)]
 
 
 def served_names(dear_name: str = DEAR) -> dict[str, str]:
@@ -88,8 +101,9 @@ def served_names(dear_name: str = DEAR) -> dict[str, str]:
 
 
 def build_methods(debater: RegulatedDebater, backend: Backend) -> Mapping[str, ServedMethod]:
-    """Every method of METHODS on `backend` (the debater's, wrapped so the engines share its batches), with the
-    debater's settings. Methods whose configs are equal share one engine."""
+    """Every method of METHODS on `backend` (the debater's, wrapped so the engines share its batches) and the
+    other backends the debater's profiles name, with the debater's settings (its profiles among them). Methods
+    whose configs are equal share one engine."""
     dear_cfg = debater.config
     # The policy may run with silent turns (trained so); the baselines run as the harness runs them.
     base = replace(dear_cfg, silent=False)
@@ -97,7 +111,7 @@ def build_methods(debater: RegulatedDebater, backend: Backend) -> Mapping[str, S
 
     def engine(cfg: DebateConfig) -> DebateEngine:
         if cfg not in engines:
-            engines[cfg] = DebateEngine(backend, cfg)
+            engines[cfg] = DebateEngine(debater.backends(backend), cfg)
         return engines[cfg]
 
     v, r, t, p = base.n_agents, base.n_rounds, base.temperature0, base.top_p0

@@ -12,18 +12,18 @@ and protocol, and one step advances the debates of all of them together (`Shared
 Budgets: a job may cap its debate's exchange rounds (`max_rounds`) and its completion tokens over all agents
 and rounds (`max_tokens`). Before each exchange round, a debate stops and votes over what it has when the
 round would exceed a cap: round `max_rounds` + 1, or the tokens spent so far plus the round's worst case
-(every agent's call at the per-turn `max_tokens`) over `max_tokens`. So a debate never spends more than
-its token budget, provided round 0's worst case fits it (`check_budget`). A debate its protocol ends anyway
-(MAD-stop's unanimity) is not counted as stopped.
+(every agent's call at its per-turn limit: its profile's, else `--max-tokens`) over `max_tokens`. So a
+debate never spends more than its token budget, provided round 0's worst case fits it (`check_budget`). A
+debate its protocol ends anyway (MAD-stop's unanimity) is not counted as stopped.
 
 Each job hears about its debate through `notify(event)`, called from the scheduler thread: a `RoundDone`
 per finished round, then `DebateDone` (also for a debate that failed because the backend returned errors)
 or `DebateFailed` (the debate could not run at all: backend unavailable, internal error, shutdown).
 
-`check_context` refuses, before it is queued, a question whose debate cannot fit the backend's context: its
-round-0 prompt plus one turn's token budget, or the shortest prompt its last round can have (the multi-turn
-layout repeats the question in every round). A request that fails anyway for its own sake (a backend's
-context error) is not a failure of the backend: it does not make the server unavailable.
+`check_context` refuses, before it is queued, a question whose debate cannot fit an agent's backend context:
+its round-0 prompt plus one turn's token budget, or the shortest prompt its last round can have (the
+multi-turn layout repeats the question in every round). A request that fails anyway for its own sake (a
+backend's context error) is not a failure of the backend: it does not make the server unavailable.
 """
 
 from __future__ import annotations
@@ -246,50 +246,40 @@ class DebateScheduler:
 
     def check_budget(self, method: str, max_tokens: int | None) -> None:
         """Raise BudgetTooSmall when `max_tokens` is below round 0's worst case for `method` (every agent's
-        call at the per-turn limit): round 0 always runs, so a smaller budget could not be kept. Not checked
+        call at its per-turn limit): round 0 always runs, so a smaller budget could not be kept. Not checked
         while the backend is not built."""
         m = self.methods.get(method)
         if m is None or max_tokens is None or max_tokens >= m.round_worst_case:
             return
-        raise BudgetTooSmall(
-            f"a token budget of {max_tokens} is below what round 0 of {method!r} may take: {m.n_agents} "
-            f"agent call(s) of up to {m.config.max_tokens} completion tokens each (the server's --max-tokens) = "
-            f"{m.round_worst_case}; ask for at least {m.round_worst_case}")
+        limits = m.turn_limits
+        if m.agent_profiles is None:
+            calls = (f"{m.n_agents} agent call(s) of up to {limits[0]} completion tokens each (the server's "
+                     f"--max-tokens)")
+        else:  # the limits may differ by agent
+            calls = (f"agent calls of up to {' + '.join(map(str, limits))} completion tokens (the agent profiles' "
+                     f"limits, else the server's --max-tokens)")
+        raise BudgetTooSmall(f"a token budget of {max_tokens} is below what round 0 of {method!r} may take: "
+                             f"{calls} = {m.round_worst_case}; ask for at least {m.round_worst_case}")
 
     def check_context(self, question: Question, method: str = DEAR, max_rounds: int | None = None) -> None:
         """Raise ContextTooLong when a debate of `question` by `method`, of at most `max_rounds` exchange
-        rounds, cannot fit the backend's context: round 0's prompt plus one turn's `max_tokens` (round 0 is
+        rounds, cannot fit an agent's backend context: round 0's prompt plus the agent's turn limit (round 0 is
         sent as is), or the shortest prompt the last exchange round can have (every agent reading every peer,
         every earlier answer empty) plus the engine's smallest answer budget (later rounds cut answers and
-        shrink max_tokens to fit, but keep every copy of the question).
+        shrink max_tokens to fit, but keep every copy of the question). Each agent is checked in its reply
+        style, limit and backend (its profile's); agents alike in all three, once.
 
         The backend's tokenizer is asked only for prompts that might not fit (llama.cpp: an HTTP call, so
-        call this from a worker thread). No check while the backend is not built, when it does not know its
-        context length, or when its tokenizer fails: the backend then decides, as it did before."""
-        debater, served = self.debater, self.methods.get(method)
-        if debater is None or served is None or not debater.backend.context_length:
+        call this from a worker thread). No check while the backend is not built, for a backend that does not
+        know its context length, or when its tokenizer fails: the backend then decides, as it did before."""
+        served = self.methods.get(method)
+        if self.debater is None or served is None:
             return
-        backend, cfg, ctx = debater.backend, served.config, debater.backend.context_length
         last = served.n_rounds if served.exchanges else 0  # the last round whose prompt shows peers
         if max_rounds is not None:
             last = min(last, max_rounds)
-        checks = [(prompts.round0_messages(question, cfg.system_prompt), cfg.max_tokens, 0)]
-        if last >= 1:
-            checks.append((_last_round_floor(question, cfg, last), MIN_MAX_TOKENS, last))
-        # A (byte-level BPE) token covers at least one UTF-8 byte: short prompts fit without tokenizing.
-        if all(sum(len(m.content.encode()) + MSG_OVERHEAD_TOKENS for m in messages) + budget <= ctx
-               for messages, budget, _ in checks):
-            return
-        counted: dict[str, int] = {}  # the last round repeats the same texts
-        for messages, budget, round_ in checks:
-            try:
-                n = _count(backend, messages, counted)
-            except Exception:  # noqa: BLE001 - a tokenizer hiccup must not refuse the request
-                log.warning("could not count the prompt's tokens; the backend will judge its length",
-                            exc_info=True)
-                return
-            if n + budget > ctx:
-                raise ContextTooLong(_too_long_message(ctx, n, budget, round_, cfg), n, ctx)
+        for agent in _unlike_agents(served):
+            _check_agent_context(question, served, agent, last)
 
     def submit(self, job: DebateJob) -> None:
         """Queue a debate; raises Unavailable (backend down, no retry due yet) or QueueFull."""
@@ -454,18 +444,51 @@ def _budget_stop(r: _Running) -> Stopped | None:
     return None
 
 
-def _last_round_floor(question: Question, cfg: DebateConfig, n_rounds: int) -> list[ChatMessage]:
-    """The shortest prompt exchange round `n_rounds` can have: every agent reads all its peers in every round
-    (the most copies of the question: the multi-turn layout repeats it with the peers' answers) and every
-    earlier answer is empty (less than the engine ever cuts an answer to)."""
+def _unlike_agents(m: ServedMethod) -> list[int]:
+    """The first agent of each (backend, reply style, turn limit) of the method: the others' prompts fit alike."""
+    first: dict[tuple[str, str, int], int] = {}
+    for i in range(m.n_agents):
+        first.setdefault((m.engine.agent_keys[i], m.config.profile(i).style, m.config.agent_max_tokens(i)), i)
+    return list(first.values())
+
+
+def _check_agent_context(question: Question, m: ServedMethod, agent: int, last: int) -> None:
+    """check_context for one agent of method `m`, whose debate has `last` exchange rounds showing peers."""
+    backend, cfg = m.engine.backends[m.engine.agent_keys[agent]], m.config
+    ctx, style = backend.context_length, cfg.profile(agent).style
+    if not ctx:
+        return
+    checks = [(prompts.round0_messages(question, cfg.system_prompt, style), cfg.agent_max_tokens(agent), 0)]
+    if last >= 1:
+        checks.append((_last_round_floor(question, cfg, last, style), MIN_MAX_TOKENS, last))
+    # A (byte-level BPE) token covers at least one UTF-8 byte: short prompts fit without tokenizing.
+    if all(sum(len(msg.content.encode()) + MSG_OVERHEAD_TOKENS for msg in messages) + budget <= ctx
+           for messages, budget, _ in checks):
+        return
+    counted: dict[str, int] = {}  # the last round repeats the same texts
+    for messages, budget, round_ in checks:
+        try:
+            n = _count(backend, messages, counted)
+        except Exception:  # noqa: BLE001 - a tokenizer hiccup must not refuse the request
+            log.warning("could not count the prompt's tokens; the backend will judge its length", exc_info=True)
+            return
+        if n + budget > ctx:
+            raise ContextTooLong(_too_long_message(ctx, n, budget, round_, cfg, agent), n, ctx)
+
+
+def _last_round_floor(question: Question, cfg: DebateConfig, n_rounds: int,
+                      style: str = prompts.DEFAULT_STYLE) -> list[ChatMessage]:
+    """The shortest prompt exchange round `n_rounds` can have for an agent of reply `style`: every agent reads
+    all its peers in every round (the most copies of the question: the multi-turn layout repeats it with the
+    peers' answers) and every earlier answer is empty (less than the engine ever cuts an answer to)."""
     def blank(agent: int) -> prompts.ShownAnswer:
         return prompts.ShownAnswer(agent=agent, reasoning="", conclusion="", answer=None)
 
     peers = tuple(blank(j) for j in range(1, cfg.n_agents))
     if cfg.layout == "single":
-        return prompts.exchange_messages(question, blank(0), peers, system_prompt=cfg.system_prompt)
+        return prompts.exchange_messages(question, blank(0), peers, system_prompt=cfg.system_prompt, style=style)
     exchanges = [prompts.Exchange(own_text="", own=blank(0), peers=peers)] * n_rounds
-    return prompts.multiturn_messages(question, exchanges, system_prompt=cfg.system_prompt)
+    return prompts.multiturn_messages(question, exchanges, system_prompt=cfg.system_prompt, style=style)
 
 
 def _count(backend: Backend, messages: list[ChatMessage], counted: dict[str, int]) -> int:
@@ -476,15 +499,19 @@ def _count(backend: Backend, messages: list[ChatMessage], counted: dict[str, int
     return sum(counted[m.content] + MSG_OVERHEAD_TOKENS for m in messages)
 
 
-def _too_long_message(ctx: int, n: int, budget: int, round_: int, cfg: DebateConfig) -> str:
+def _too_long_message(ctx: int, n: int, budget: int, round_: int, cfg: DebateConfig, agent: int) -> str:
+    profile = cfg.profile(agent)
+    whose = "each agent's answer" if cfg.agent_profiles is None else \
+        f"the answer of agent {agent} (profile {profile.name})"
     if round_ == 0:
-        need = (f"round 0's prompt for this question takes {n} tokens and each agent's answer may take up to "
-                f"{budget} more (the server's --max-tokens)")
+        limit = "the server's --max-tokens" if profile.max_tokens is None else "its profile's limit"
+        need = (f"round 0's prompt for this question takes {n} tokens and {whose} may take up to "
+                f"{budget} more ({limit})")
     else:
         copies = (" (its prompt repeats the question with the peers' answers of every round)"
                   if cfg.layout == "multiturn" else "")
         need = (f"the prompt of the debate's last round, round {round_}{copies}, takes at least {n} tokens for "
-                f"this question even with every earlier answer left out, and each agent's answer needs at "
+                f"this question even with every earlier answer left out, and {whose} needs at "
                 f"least {budget} more")
     return (f"This model's maximum context length is {ctx} tokens per agent turn, but {need}: {n + budget} in "
             f"all. Shorten the question (the last user message).")

@@ -228,12 +228,15 @@ def parse_request(body: Any, served: Mapping[str, str], default_kind: str) -> De
 
 
 def round_json(turns: list[AgentTurn], control: RegulatorRecord | None, include_texts: bool) -> dict[str, Any]:
-    """One debate round: every agent's answer and sampling, and (from round 1) the regulator's decision."""
+    """One debate round: every agent's answer and sampling (and, with agent profiles, its profile and reply style),
+    and (from round 1) the regulator's decision."""
     agents = []
     for t in turns:
         a = {"agent": t.agent, "answer": t.answer, "key": t.answer_key, "peers": list(t.peers),
              "temperature": t.temperature, "top_p": t.top_p, "prompt_tokens": t.prompt_tokens,
              "completion_tokens": t.completion_tokens, "finish_reason": t.finish_reason}
+        if t.profile is not None:  # only with profiles, as in the traces
+            a.update(profile=t.profile, style=t.style)
         if include_texts:
             a["text"] = t.text
         agents.append(a)

@@ -80,6 +80,17 @@ def test_cli_bad_input(exported, tmp_path, capsys):
         main(["--policy", str(exported), "--question", "1+1?", "--llm", "sim", "--out", str(tmp_path)])
 
 
+def test_cli_with_agent_profiles_names_them_and_records_them_in_every_turn(exported, tmp_path, capsys):
+    out = tmp_path / "traces.jsonl"
+    question = load_synthetic(n=1, seed=0, split="test")[0].question
+    assert main(["--policy", str(exported), "--llm", "sim", "--question", question, "--agent-profiles",
+                 "cot,direct:24,sim:cot", "--out", str(out)]) == 0
+    assert "agents sim:cot, sim:direct:24, sim:cot" in capsys.readouterr().out
+    trace = json.loads(out.read_text().splitlines()[0])
+    assert all([t["profile"] for t in turns] == ["sim:cot", "sim:direct:24", "sim:cot"] for turns in trace["rounds"])
+    assert [t["max_tokens"] for t in trace["rounds"][0]] == [512, 24, 512]
+
+
 def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, capsys):
     """The real parts: SmolLM2-135M through llama.cpp, one question as text, gold unknown."""
     out = tmp_path / "traces.jsonl"

@@ -70,6 +70,22 @@ def test_cli_user_errors_are_one_line_and_exit_2_traceback_only_with_v(capsys):
     assert "--llm lists 2 specs" in capsys.readouterr().err
 
 
+def test_cli_agent_profiles_give_each_agent_its_backend_style_and_limit(tmp_path, capsys):
+    out = tmp_path / "traces.jsonl"
+    argv = ["--task", "synthetic", "--n", "2", "--protocol", "mad", "--llm", "sim", "--n-rounds", "1", "--no-cache"]
+    assert main([*argv, "--agent-profiles", "cot,sim:direct:24", "--out", str(out)]) == 0
+    assert "agents=2 (sim:cot, sim:direct:24)" in capsys.readouterr().out  # the list sets --n-agents
+    traces = read_jsonl(out)
+    assert len(traces) == 2 and all([t.profile for t in turns] == ["sim:cot", "sim:direct:24"] and
+                                    [t.max_tokens for t in turns] == [512, 24] for tr in traces for turns in tr.rounds)
+    for bad, message in ((["--agent-profiles", "cot,cot", "--n-agents", "3"],
+                          "--agent-profiles lists 2 agents but --n-agents is 3"),
+                         (["--llm", "sim,sim", "--agent-profiles", "cot,cot"],
+                          "--llm must be one spec with --agent-profiles")):
+        assert cli([*argv, *bad]) == 2
+        assert f"python -m dear.debate: error: {message}" in capsys.readouterr().err
+
+
 def test_task_aliases():
     from dear import tasks
 

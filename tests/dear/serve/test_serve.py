@@ -165,7 +165,7 @@ def check_debate(r, rounds: int = 2, n_agents: int = 3) -> dict:
 
 def test_health_models_and_a_round_trip(sim_server):
     health = httpx.get(f"{sim_server}/health").json()
-    assert health["status"] == "ok" and health["backend"] == {"model_id": "sim-v1", "synthetic": True}
+    assert health["status"] == "ok" and health["backend"] == {"model_id": "sim-v1", "synthetic": True, "agent_profiles": None}
     assert health["policy"]["trained_on_synthetic"] is True and health["policy"]["n_rounds"] == 2
     c = client(sim_server)
     ids = [m.id for m in c.models.list()]
