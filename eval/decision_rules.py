@@ -41,7 +41,7 @@ BASE_RULE = "last-round"
 
 
 @dataclass(frozen=True)
-class Source:
+class TraceSource:
     """One set of stored debates: a trace file or a corpus directory."""
 
     name: str
@@ -60,15 +60,15 @@ class RuleRow:
     minus_last_round: metrics.CI
 
 
-def read_source(path: Path) -> Source:
+def read_source(path: Path) -> TraceSource:
     """A corpus directory (its `corpus.jsonl.gz`) or an eval.run trace file."""
     if path.is_dir():
         if not (path / CORPUS_FILE).exists():
             raise FileNotFoundError(f"--traces: {path} is a directory without {CORPUS_FILE}")
-        return Source(str(path), [DebateTrace.from_dict(rec["trace"]) for rec in read_corpus(path / CORPUS_FILE)])
+        return TraceSource(str(path), [DebateTrace.from_dict(rec["trace"]) for rec in read_corpus(path / CORPUS_FILE)])
     if not path.exists():
         raise FileNotFoundError(f"--traces: no such file {path}")
-    return Source(str(path), read_jsonl(path))
+    return TraceSource(str(path), read_jsonl(path))
 
 
 def as_debate(trace: DebateTrace) -> Debate:
@@ -86,7 +86,7 @@ def rule_scores(debates: Sequence[Debate], weigher: CertaintyWeigher) -> dict[st
     return {rule: [d.vote(rule).score for d in debates] for rule in DECISIONS}
 
 
-def compare(source: Source, weigher: CertaintyWeigher, seed: int = 0) -> tuple[list[RuleRow], list[dict]]:
+def compare(source: TraceSource, weigher: CertaintyWeigher, seed: int = 0) -> tuple[list[RuleRow], list[dict]]:
     """Every rule on the source's finished debates: rows for the table and per-debate scores."""
     kept = [t for t in source.traces if not t.failed and t.rounds]
     failed = len(source.traces) - len(kept)

@@ -722,10 +722,10 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         raise ValueError(f"--n must be >= 0, got {a.n}")
     if a.batch < 1:
         raise ValueError(f"--batch must be >= 1, got {a.batch}")
-    profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
-    if profiles and "," in a.llm:
+    if a.agent_profiles and "," in a.llm:  # before the profiles take --llm as their backend
         raise ValueError("--llm must be one spec with --agent-profiles (each profile names its backend; --llm is the "
                          "backend of those that do not)")
+    profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
     n_agents = n_agents_of(profiles, a.n_agents) or (ckpt.policy_config.n_agents if ckpt else 3)
     n_rounds = a.n_rounds if a.n_rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
     if ckpt is not None:

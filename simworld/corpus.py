@@ -371,9 +371,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def settings_from_args(a: argparse.Namespace) -> CorpusSettings:
-    profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
-    if profiles and "," in a.llm:
+    if a.agent_profiles and "," in a.llm:  # before the profiles take --llm as their backend
         raise ValueError("--llm must be one spec with --agent-profiles (the backend of profiles that name none)")
+    profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
     a.n_agents = n_agents_of(profiles, a.n_agents) or 3
     require_at_least(a, 0, "n_logging", "n_mad")
     require_at_least(a, 1, "n_agents", "max_tokens", "parallel", "n_ctx", "repeats")

@@ -308,6 +308,8 @@ def test_eval_run_stores_the_profiles_reports_per_agent_and_refuses_other_ones(t
         eval_run.main(_eval_args(out, "--agent-profiles", "cot,cot,cot", "--n-rounds", "1"))
     with pytest.raises(ValueError, match="--agent-profiles lists 3 agents but --n-agents is 2"):
         eval_run.main(_eval_args(tmp_path / "other", "--agent-profiles", "cot,direct,cot", "--n-agents", "2"))
+    with pytest.raises(ValueError, match="--llm must be one spec with --agent-profiles"):
+        eval_run.main([*_eval_args(tmp_path / "two", "--agent-profiles", "cot,cot"), "--llm", "sim,sim"])
     with pytest.raises(SystemExit):
         eval_run.parse_args(_eval_args(out, "--agent-profiles", "cot,quick"))
     assert "agent profile 1 ('quick')" in capsys.readouterr().err
@@ -343,6 +345,8 @@ def test_the_corpus_collector_records_the_profiles(tmp_path):
     assert "Agent profiles" in (out / "PROVENANCE.md").read_text()
     with pytest.raises(ValueError, match="was made with other settings"):
         corpus.main([*argv[:-1], "cot,cot"])
+    with pytest.raises(ValueError, match="--llm must be one spec with --agent-profiles"):
+        corpus.main(["--llm", "sim,sim", *argv[2:]])
 
 
 def test_regulated_debater_runs_a_mixed_pool_and_checks_its_size(tmp_path):
