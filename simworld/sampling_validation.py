@@ -109,6 +109,28 @@ def describe(questions: Sequence[Samples]) -> dict[str, Any]:
     }
 
 
+AGREEMENT_STATES = ("unanimous", "two agree", "all differ")  # of the first 3 samples (round 0 of a V = 3 debate)
+STATE_RULES = ("sc-3", "adaptive-sc-2", "adaptive-sc-3", "sc-9")
+
+
+def agreement_state(s: Samples) -> str:
+    """How the first 3 samples agree: what a regulator sees after round 0 (a no-answer agrees with nobody)."""
+    top = tally(s.keys[:ROUND0_AGENTS]).top
+    return AGREEMENT_STATES[0] if top == 3 else AGREEMENT_STATES[1] if top == 2 else AGREEMENT_STATES[2]
+
+
+def by_state(questions: Sequence[Samples], rules: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per round-0 agreement state: its share of questions and each rule's accuracy there (the value of more
+    samples where the regulator decides whether to draw them)."""
+    out = {}
+    for state in AGREEMENT_STATES:
+        group = [s for s in questions if agreement_state(s) == state]
+        out[state] = {"questions": len(group), "share": len(group) / len(questions),
+                      "accuracy": {r: float(np.mean([rule_outcome(s, r).score for s in group])) if group
+                                   else float("nan") for r in rules}}
+    return out
+
+
 # ---------------------------------------------------------------- the two sides
 def real_samples(samples_dir: Path) -> list[Samples]:
     recs = CorpusFile(samples_dir / SAMPLES_FILE).records
@@ -172,6 +194,25 @@ def report(real: Sequence[Samples], sim: Sequence[Samples], meta: dict[str, Any]
         f"({d_real['wrong_pairs']} pairs) | {100 * d_sim['wrong_pairs_same_answer']:.1f} % "
         f"({d_sim['wrong_pairs']} pairs) |",
         "",
+        "By how the first 3 samples agree (the state after round 0, where a regulator decides whether more samples "
+        "are worth their tokens): share of questions and accuracy in % (real without intervals: few questions per "
+        "state).",
+        "",
+        "| first 3 | side | questions | " + " | ".join(STATE_RULES) + " | sc-9 − sc-3 |",
+        "|---|---|---:|" + "---:|" * (len(STATE_RULES) + 1),
+    ]
+    state_rules = [r for r in STATE_RULES if r in rules]
+    s_real, s_sim = by_state(real, state_rules), by_state(sim, state_rules)
+    for state in AGREEMENT_STATES:
+        for side, table in (("real", s_real), ("sim (synthetic)", s_sim)):
+            row = table[state]
+            acc = row["accuracy"]
+            gain = acc.get("sc-9", float("nan")) - acc.get("sc-3", float("nan"))
+            lines.append(f"| {state} | {side} | {row['questions']} ({100 * row['share']:.0f} %) | "
+                         + " | ".join(f"{100 * acc.get(r, float('nan')):.1f}" for r in STATE_RULES)
+                         + f" | {100 * gain:+.1f} |")
+    lines += [
+        "",
         f"Questions by correct samples out of {width} (share of questions):",
         "",
         "| correct | " + " | ".join(str(k) for k in range(width + 1)) + " |",
@@ -182,7 +223,8 @@ def report(real: Sequence[Samples], sim: Sequence[Samples], meta: dict[str, Any]
         "",
     ]
     data = {"meta": meta, "rules": {"real": [asdict(r) for r in rows_real], "sim_synthetic": [asdict(r) for r in rows_sim]},
-            "shape": {"real": d_real, "sim_synthetic": d_sim}}
+            "shape": {"real": d_real, "sim_synthetic": d_sim},
+            "by_round0_agreement": {"real": s_real, "sim_synthetic": s_sim}}
     return "\n".join(lines), data
 
 

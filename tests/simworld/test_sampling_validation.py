@@ -85,6 +85,13 @@ def test_the_report_compares_every_rule_and_labels_the_simulator_synthetic(tmp_p
     assert 0 < data["shape"]["sim_synthetic"]["sample_accuracy"] < 1  # answers parsed and graded, both ways
     for row in data["rules"]["real"]:
         assert row["ci_low"] <= row["accuracy"] <= row["ci_high"]
+    for side, rows in data["by_round0_agreement"].items():  # the states split the questions, and their rule
+        overall = {r["rule"]: r["accuracy"] for r in data["rules"][side]}  # accuracies average back to the whole
+        assert sum(s["questions"] for s in rows.values()) == data["shape"][side]["questions"]
+        for rule in ("sc-3", "sc-9"):
+            assert sum(s["share"] * s["accuracy"][rule] for s in rows.values() if s["questions"]) == \
+                pytest.approx(overall[rule])
+    assert "| all differ | sim (synthetic) |" in md
     with pytest.raises(FileNotFoundError, match="not a simworld.fresh_samples directory"):
         sampling_validation.main(["--samples", str(tmp_path)])
 
@@ -103,3 +110,12 @@ def test_fresh_samples_with_the_real_smoke_model(tmp_path):
         turns = r["trace"]["rounds"][0]
         assert len(turns) == 3 and all(t["model_id"].startswith("smoke:") and t["completion_tokens"] > 0 for t in turns)
     assert "SmolLM2" in (out / "PROVENANCE.md").read_text()
+
+
+def test_agreement_state_of_the_first_three_samples():
+    def of(*keys):
+        return sampling_validation.agreement_state(Samples(keys, (False,) * len(keys), (1,) * len(keys)))
+
+    assert of("1", "1", "1", "2") == "unanimous" and of("1", "2", "1") == "two agree"
+    assert of("1", "2", "3", "1") == "all differ" and of(None, None, "3") == "all differ"
+
