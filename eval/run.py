@@ -546,7 +546,10 @@ class Evaluator:
         """The report's label: DEAR methods carry the policy's training world, e.g. "DEAR (sim-trained)"."""
         if not spec.needs_checkpoint or self.ckpt is None:
             return spec.label
-        return f"{spec.label} ({self.s.policy_world or self.ckpt.world})"
+        # an extended policy's random control draws its stop and kinds too, not only a mask
+        name = "DEAR random (action frequencies)" if spec.selection_mode == "random" and self.ckpt.extended \
+            else spec.label
+        return f"{name} ({self.s.policy_world or self.ckpt.world})"
 
     def collect(self) -> Collected:
         """Every method's results over the questions every method finished, read from the traces; writes
@@ -709,6 +712,14 @@ def check_round0(benchmark: str, method: str, traces: Sequence[DebateTrace], rou
                                    f"text differs from the stored round 0 in {path}; methods must share round 0")
 
 
+def _check_sim_answers(benchmarks: list[str], specs: list[str]) -> None:
+    """The synthetic debaters answer only the synthetic task: refuse another benchmark before any round 0 fails."""
+    real = [b for b in benchmarks if b != "synthetic"]
+    if real and any(spec.split(":")[0] == "sim" for spec in specs):
+        raise ValueError(f"--llm sim answers only --benchmarks synthetic, not {', '.join(real)}; use a model "
+                         f"(e.g. --llm local) for real benchmarks")
+
+
 def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
                        specs: list[M.MethodSpec]) -> EvalSettings:
     benchmarks = [b.strip() for b in a.benchmarks.split(",") if b.strip()]
@@ -726,6 +737,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         raise ValueError("--llm must be one spec with --agent-profiles (each profile names its backend; --llm is the "
                          "backend of those that do not)")
     profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
+    _check_sim_answers(benchmarks, backend_specs(profiles) if profiles else [s.strip() for s in a.llm.split(",")])
     n_agents = n_agents_of(profiles, a.n_agents) or (ckpt.policy_config.n_agents if ckpt else 3)
     n_rounds = a.n_rounds if a.n_rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
     if ckpt is not None:

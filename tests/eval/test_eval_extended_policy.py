@@ -127,3 +127,4 @@ def test_the_random_control_plays_dears_action_frequencies(evaluated, tmp_path):
     assert turns and {turn_kind(a) for a in turns} != {0} and any(turn_kind(a) != a.agent for a in turns)
     assert all(len(a.peers) == 2 for a in turns if turn_kind(a) == 0)  # a reviser reads at DEAR's density 1
     assert all(a.peers == [] for a in turns if turn_kind(a) != 0)
+    assert "| DEAR random (action frequencies) (sim-trained) |" in (res / "summary.md").read_text()

@@ -417,3 +417,12 @@ def test_a_damaged_timings_file_is_named(tmp_path):
     (out / "timings.json").write_text('{"synthetic": 1.')
     with pytest.raises(ValueError, match=r"timings.json: generation timings cannot be parsed"):
         eval_run.main(args(out, methods="mad", n=3), backend=SimBackend())
+
+
+@pytest.mark.parametrize("extra", [["--llm", "sim"], ["--llm", "local", "--agent-profiles", "cot,sim:direct"]])
+def test_the_sim_is_refused_for_a_real_benchmark_before_any_call(tmp_path, extra):
+    out = tmp_path / "res"
+    with pytest.raises(ValueError, match="--llm sim answers only --benchmarks synthetic, not gsm8k"):
+        eval_run.main(["--benchmarks", "synthetic,gsm8k", "--n", "2", "--methods", "cot", "--out", str(out),
+                       "--no-progress", *extra])
+    assert not out.exists()
