@@ -43,7 +43,7 @@ from dear.llm import Backend, make_backend
 from dear.llm.base import GENERATED_TOKENS
 from dear.llm.cache import CachedBackend
 from dear.progress import LiveProgress
-from dear.regulator import RegulatedProtocol, RegulatorRecord, decisions_json
+from dear.regulator import CertaintyWeigher, RegulatedProtocol, RegulatorRecord, decisions_json
 from dear.tasks import AnswerKind, Question
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,9 @@ class RegulatedDebater:
         # The other backends the profiles name: built here, always closed here
         self.extra_backends = {spec: _profile_backend(spec, cache, backend_options)
                                for spec in backend_specs(profiles or ()) if spec != key}
-        self.engine = DebateEngine(self.backends(self.backend), self.config)
+        # the belief-weighted vote (a policy trained with it) weighs answers with the policy's own evidence
+        self.weigher = CertaintyWeigher(self.encoder, self.exported.answer_aware)
+        self.engine = DebateEngine(self.backends(self.backend), self.config, weigher=self.weigher)
         if self.transfer:
             log.warning("policy %s was trained on the synthetic debater backend (sim-to-real transfer)",
                         self.exported.path)

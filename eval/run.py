@@ -677,9 +677,12 @@ class Evaluator:
         note = f"{c.path} (trained with {c.trained_on or 'unknown backend'}; encoder {self.s.encoder or c.encoder})"
         if c.policy_config.actions == "extended":
             note += " — extended action set: each agent's turn revise / keep / fresh sample, and a stop"
-        if c.decision == "all-answers":
+        if c.decision != "last-round":
+            weighted = ", each weighted by its agent's certainty 1 − u in its round" \
+                if c.decision == "belief-weighted" else ""
             note += (f"; its debates' final vote is `{c.decision}` (every sample the debate drew: round 0, fresh "
-                     "samples and revisions; a kept answer does not vote twice), the rule it was trained with")
+                     f"samples and revisions; a kept answer does not vote twice{weighted}), the rule it was trained "
+                     "with")
         if c.synthetic and not (self.synthetic or False):
             note += " — **sim-to-real transfer**: the policy was trained on the synthetic sim backend"
         return note

@@ -111,7 +111,7 @@ def build_methods(debater: RegulatedDebater, backend: Backend) -> Mapping[str, S
 
     def engine(cfg: DebateConfig) -> DebateEngine:
         if cfg not in engines:
-            engines[cfg] = DebateEngine(debater.backends(backend), cfg)
+            engines[cfg] = DebateEngine(debater.backends(backend), cfg, weigher=debater.weigher)
         return engines[cfg]
 
     v, r, t, p = base.n_agents, base.n_rounds, base.temperature0, base.top_p0

@@ -128,3 +128,21 @@ def test_the_random_control_plays_dears_action_frequencies(evaluated, tmp_path):
     assert all(len(a.peers) == 2 for a in turns if turn_kind(a) == 0)  # a reviser reads at DEAR's density 1
     assert all(a.peers == [] for a in turns if turn_kind(a) != 0)
     assert "| DEAR random (action frequencies) (sim-trained) |" in (res / "summary.md").read_text()
+
+
+def test_a_belief_weighted_policy_votes_so_in_eval_and_in_dear_infer(tmp_path):
+    """A policy trained with the belief-weighted vote brings it to every harness: eval.run and dear.infer weigh
+    each answer by its agent's certainty from the policy's own encoder, and decide alike."""
+    from dear.infer import RegulatedDebater
+
+    policy = extended_export(tmp_path / "policy", decision="belief-weighted")
+    _eval(tmp_path / "res", policy)
+    assert "final vote is `belief-weighted`" in (tmp_path / "res" / "summary.md").read_text()
+    traces = {t.question_id: t for t in read_jsonl(tmp_path / "res" / "traces" / "synthetic" / "dear.jsonl")}
+    with RegulatedDebater(policy, "sim", max_tokens=512, seed=0) as debater:
+        results = debater.run(tasks.load("synthetic", n=N, seed=0))
+        assert debater.engine.weigher is not None
+    for r in results:
+        assert r.trace.final_answer == traces[r.question_id].final_answer
+        assert r.trace.final_score == traces[r.question_id].final_score
+
