@@ -1,0 +1,124 @@
+"""What an extended policy does after each round-0 state, on real traces and in a simulated world (SYNTHETIC).
+
+    python -m simworld.policy_states --traces results/eval-gsm8k-n60-extended/traces/gsm8k/dear.jsonl \\
+        --policy results/policy-sim-fitted-extended-v2 --world configs/sim.yaml --sim-questions 600
+
+Round 0's three answers are unanimous, two agree, or all differ (`agreement_state`); a regulator that knows when
+more samples pay draws them where the answers differ. Per state: debates, the fresh samples drawn after round 0
+(mean, and the share of debates with none), exchange rounds run, and accuracy (ties as expected values). The real
+side reads `--traces` (an eval.run trace file of the policy); the simulated side runs `--policy` in `--world` (its
+sim parameters and text bank) on `--sim-questions` test-split synthetic questions from `--seed`, with the policy's
+encoder, silent turns and decision rule, and is labelled synthetic. Compare with the value of sampling per state in
+`simworld.sampling_validation`'s table by round-0 agreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from dear import tasks
+from dear.cli import command_line
+from dear.cli import run as run_cli
+from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.trace import DebateTrace, read_jsonl
+from dear.vote import tally
+
+PROG = "python -m simworld.policy_states"
+STATES = ("unanimous", "two agree", "all differ")
+
+
+@dataclass(frozen=True)
+class StateRow:
+    state: str
+    debates: int
+    fresh: float  # fresh samples drawn after round 0, mean over the state's debates
+    no_fresh: float  # share of the state's debates that drew none
+    rounds: float  # exchange rounds run, mean
+    accuracy: float  # final score, ties as expected values
+
+
+def agreement_state(trace: DebateTrace) -> str:
+    """How round 0's answers agree (a no-answer agrees with nobody): unanimous, two agree, or all differ."""
+    top = tally([t.answer_key for t in trace.rounds[0]]).top
+    n = len(trace.rounds[0])
+    return STATES[0] if top == n else STATES[1] if top >= 2 else STATES[2]
+
+
+def by_state(traces: Sequence[DebateTrace]) -> list[StateRow]:
+    """One row per state present among the finished traces."""
+    rows = []
+    for state in STATES:
+        group = [t for t in traces if not t.failed and t.rounds and agreement_state(t) == state]
+        if not group:
+            continue
+        fresh = np.array([sum(x.fresh for turns in t.rounds[1:] for x in turns) for t in group])
+        rows.append(StateRow(state, len(group), float(fresh.mean()), float(np.mean(fresh == 0)),
+                             float(np.mean([len(t.rounds) - 1 for t in group])),
+                             float(np.mean([t.final_score for t in group]))))
+    return rows
+
+
+def sim_traces(policy: Path, world: Path, n: int, seed: int) -> list[DebateTrace]:
+    """The exported policy's debates in a simulated world (SYNTHETIC), as eval.run would regulate them."""
+    from dear.evidence import make_encoder
+    from dear.export import load_exported
+    from dear.llm.registry import make_backend
+    from dear.regulator import CertaintyWeigher, RegulatedProtocol
+
+    cfg = yaml.safe_load(world.read_text())
+    if (cfg.get("llm") or {}).get("preset") != "sim":
+        raise ValueError(f"--world {world}: llm.preset is not sim")
+    exported = load_exported(policy)
+    encoder = make_encoder(exported.encoder)
+    env = cfg.get("env") or {}
+    config = DebateConfig(n_agents=exported.n_agents, n_rounds=exported.n_rounds or 2,
+                          max_tokens=cfg["llm"].get("max_tokens", 512), seed=seed, silent=exported.silent,
+                          decision=exported.decision)
+    engine = DebateEngine(make_backend("sim", **(cfg["llm"].get("options") or {})), config,
+                          weigher=CertaintyWeigher(encoder, exported.answer_aware))
+    protocol = RegulatedProtocol(exported.policy, encoder, config, answer_aware=exported.answer_aware)
+    questions = tasks.load(env.get("task", "synthetic"), split="test", n=n, seed=seed)
+    return [d.trace for d in engine.run(questions, protocol)]
+
+
+def table(rows: Sequence[StateRow], side: str) -> list[str]:
+    return [f"| {side} | {r.state} | {r.debates} | {r.fresh:.2f} | {100 * r.no_fresh:.0f} % | {r.rounds:.2f} | "
+            f"{100 * r.accuracy:.1f} |" for r in rows]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--traces", type=Path, help="an eval.run trace file of the policy (the real side)")
+    p.add_argument("--policy", type=Path, help="an exported extended policy (the simulated side)")
+    p.add_argument("--world", type=Path, default=Path("configs/sim.yaml"), help="the sim world (default %(default)s)")
+    p.add_argument("--sim-questions", type=int, default=600, help="simulated questions (default %(default)s)")
+    p.add_argument("--seed", type=int, default=99, help="the simulated side's question and debate seed")
+    p.add_argument("--out", type=Path, help="write the table here (markdown) as well")
+    a = p.parse_args(argv)
+    if a.traces is None and a.policy is None:
+        p.error("give --traces, --policy, or both")
+    lines = [f"Command: `{command_line(PROG, argv)}`", "",
+             "| side | round 0 | debates | fresh samples after round 0 | none drawn | exchange rounds | accuracy % |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    if a.traces is not None:
+        if not a.traces.exists():
+            raise FileNotFoundError(f"--traces: no such file {a.traces}")
+        lines += table(by_state(read_jsonl(a.traces)), "real")
+    if a.policy is not None:
+        lines += table(by_state(sim_traces(a.policy, a.world, a.sim_questions, a.seed)), "sim (synthetic)")
+    text = "\n".join(lines) + "\n"
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, PROG)
