@@ -740,7 +740,6 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         raise ValueError("--llm must be one spec with --agent-profiles (each profile names its backend; --llm is the "
                          "backend of those that do not)")
     profiles = on_backend(a.agent_profiles, a.llm) if a.agent_profiles else None
-    _check_sim_answers(benchmarks, backend_specs(profiles) if profiles else [s.strip() for s in a.llm.split(",")])
     n_agents = n_agents_of(profiles, a.n_agents) or (ckpt.policy_config.n_agents if ckpt else 3)
     n_rounds = a.n_rounds if a.n_rounds is not None else (ckpt.n_rounds if ckpt and ckpt.n_rounds is not None else 2)
     if ckpt is not None:
@@ -818,6 +817,9 @@ def main(argv: Sequence[str] | None = None,
     specs = M.parse_methods(a.methods)
     ckpt = _policy_of(a, specs)
     settings = settings_from_args(a, ckpt, specs)
+    if backend is None and not a.report_only:  # the specs' backends will answer (a test may pass its own)
+        _check_sim_answers(settings.benchmarks, backend_specs(as_profiles(settings.agent_profiles, "agent_profiles"))
+                           if settings.agent_profiles else [x.strip() for x in settings.llm.split(",")])
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
     stored = _check_settings(out, settings, report_only=a.report_only)
