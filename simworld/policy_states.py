@@ -26,11 +26,11 @@ from dear import tasks
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.sampling_rules import AGREEMENT_STATES, agreement_of
 from dear.debate.trace import DebateTrace, read_jsonl
-from dear.vote import tally
 
 PROG = "python -m simworld.policy_states"
-STATES = ("unanimous", "two agree", "all differ")
+STATES = AGREEMENT_STATES
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,8 @@ class StateRow:
 
 
 def agreement_state(trace: DebateTrace) -> str:
-    """How round 0's answers agree (a no-answer agrees with nobody): unanimous, two agree, or all differ."""
-    top = tally([t.answer_key for t in trace.rounds[0]]).top
-    n = len(trace.rounds[0])
-    return STATES[0] if top == n else STATES[1] if top >= 2 else STATES[2]
+    """How round 0's answers agree: unanimous, two agree, or all differ (`agreement_of`)."""
+    return agreement_of([t.answer_key for t in trace.rounds[0]])
 
 
 def by_state(traces: Sequence[DebateTrace]) -> list[StateRow]:

@@ -45,9 +45,11 @@ from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.protocols import MajorityProtocol
 from dear.debate.sampling_rules import (  # noqa: F401  (Outcome, samples_used: re-exported, the rules' old home)
+    AGREEMENT_STATES,
     ROUND0_AGENTS,
     Outcome,
     Samples,
+    agreement_of,
     rule_outcome,
     rules_for,
     samples_used,
@@ -109,14 +111,12 @@ def describe(questions: Sequence[Samples]) -> dict[str, Any]:
     }
 
 
-AGREEMENT_STATES = ("unanimous", "two agree", "all differ")  # of the first 3 samples (round 0 of a V = 3 debate)
 STATE_RULES = ("sc-3", "adaptive-sc-2", "adaptive-sc-3", "sc-9")
 
 
 def agreement_state(s: Samples) -> str:
-    """How the first 3 samples agree: what a regulator sees after round 0 (a no-answer agrees with nobody)."""
-    top = tally(s.keys[:ROUND0_AGENTS]).top
-    return AGREEMENT_STATES[0] if top == 3 else AGREEMENT_STATES[1] if top == 2 else AGREEMENT_STATES[2]
+    """How the first 3 samples agree (round 0 of a V = 3 debate)."""
+    return agreement_of(s.keys[:ROUND0_AGENTS])
 
 
 def by_state(questions: Sequence[Samples], rules: Sequence[str]) -> dict[str, dict[str, Any]]:

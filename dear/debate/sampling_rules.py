@@ -22,6 +22,14 @@ from dear.debate.trace import AgentTurn, DebateTrace
 from dear.vote import key_correct, tally
 
 ROUND0_AGENTS = 3  # the debates' V: adaptive rules start from this many samples unless told otherwise
+# How a round's answers agree: what a regulator sees after round 0 (simworld.sampling_validation, policy_states)
+AGREEMENT_STATES = ("unanimous", "two agree", "all differ")
+
+
+def agreement_of(keys: Sequence[str | None]) -> str:
+    """All answers alike, at least two alike, or all different (a no-answer agrees with nobody)."""
+    top = tally(keys).top
+    return AGREEMENT_STATES[0] if top == len(keys) else AGREEMENT_STATES[1] if top >= 2 else AGREEMENT_STATES[2]
 
 
 @dataclass(frozen=True)
