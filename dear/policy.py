@@ -367,6 +367,11 @@ class BehaviorPolicy(nn.Module):
         with torch.no_grad():
             self.net[-1].bias.copy_(torch.tensor([raw_temperature, raw_top_p]))
 
+    @torch.no_grad()
+    def bound_log_std_(self, log_std_max: float) -> None:
+        """Project the log-std onto (-inf, log_std_max] (in place; gradients are untouched)."""
+        self.log_std.clamp_(max=log_std_max)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Mean (B, V, 2) of the raw behavior values."""
         if obs.shape[-1] != self.obs_dim:

@@ -236,6 +236,7 @@ class HAPPO:
                     grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                     for opt in opts:
                         opt.step()
+                    self._bound_behavior_std(agent)
                     kls.append(diag["approx_kl"])
                 if cfg.target_kl is not None and torch.stack(kls).mean() > cfg.target_kl:
                     break
@@ -270,6 +271,10 @@ class HAPPO:
         stats["charts/advantage_std_raw"] = float(
             (returns - values).std().item()) if n > 1 else 0.0
         return stats
+
+    def _bound_behavior_std(self, agent: AgentSpec) -> None:
+        if self.cfg.log_std_max is not None and "behavior" in (agent.optimizers or (agent.name,)):
+            self.policy.behavior.bound_log_std_(self.cfg.log_std_max)
 
     def _update_critic(self, state: torch.Tensor, returns: torch.Tensor, values: torch.Tensor,
                        generator: torch.Generator) -> dict[str, float]:

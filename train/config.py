@@ -240,6 +240,10 @@ class HAPPOConfig:
     # joint = one ratio for the behavior's whole action (all agents x 2 dims, as HARL's product); per_dim = a
     # clipped ratio per agent and dimension, so one clip does not cap every dimension's step at once
     behavior_ratio: Literal["joint", "per_dim"] = "joint"
+    # Upper bound on the behavior Gaussian's log-std, kept by projection after every behavior step (None = no
+    # bound). Without it the entropy bonus can widen a dimension with a weak signal until most samples sit at
+    # the range ends, where the mean's gradient is lost (SAC bounds the log-std for the same reason).
+    log_std_max: float | None = None
 
 
 @dataclass
