@@ -10,7 +10,9 @@ writing it), and the results are written side by side into ``--out``:
 ``summary.md`` (every table of `eval.run`'s report, one column or section per benchmark), ``summary.csv``, the
 plots, and ``sources.json`` (each directory with its command, so every number traces back to one).
 
-A benchmark may come from one directory only, and real and synthetic (sim) directories are never combined.
+A benchmark may come from several directories only when they ran the same questions from one stored round 0
+(e.g. the paper's DEAR in one, an extended DEAR in another): the baselines both computed must then agree question
+by question and are shown once. Real and synthetic (sim) directories are never combined.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import argparse
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,6 +65,46 @@ def report_source(source: Source) -> list[report.MethodResult]:
     return eval_run.read_results(source.argv + ["--out", str(source.path)])
 
 
+def _same_result(a: report.MethodResult, b: report.MethodResult) -> bool:
+    return (a.correct_by_question == b.correct_by_question
+            and a.summary.total_tokens.mean == b.summary.total_tokens.mean)
+
+
+def merge_sources(
+    per_source: Sequence[tuple[Path, list[report.MethodResult]]],
+) -> tuple[list[report.MethodResult], dict[str, list[Path]]]:
+    """Every source's results in one list, and the directories each benchmark came from.
+
+    A benchmark may come from several directories when they ran the same questions from one stored round 0 (e.g.
+    the paper's DEAR in one and an extended DEAR in another): a method both report must then agree on every
+    question and its tokens (the shared baselines; kept once), and a method key that means two policies (both
+    "dear") is told apart by its label. Anything else is refused, naming the directories."""
+    results: list[report.MethodResult] = []
+    origin: dict[str, list[Path]] = {}
+    for path, source_results in per_source:
+        for r in source_results:
+            paths = origin.setdefault(r.benchmark, [])
+            if path not in paths:
+                paths.append(path)
+            earlier = [o for o in results if o.benchmark == r.benchmark]
+            if earlier and set(earlier[0].correct_by_question) != set(r.correct_by_question):
+                raise ValueError(f"benchmark {r.benchmark!r}: {path} and {paths[0]} report different questions; "
+                                 "only directories with the same questions (one stored round 0) combine")
+            same = next((o for o in earlier if (o.method, o.label) == (r.method, r.label)), None)
+            if same is None:
+                results.append(r)
+            elif not _same_result(same, r):
+                raise ValueError(f"benchmark {r.benchmark!r}: method {r.label!r} differs between {paths[0]} and "
+                                 f"{path} (not the same stored round 0, or not the same settings)")
+    # One row per method: a key two policies share ("dear") keeps its first label; the others take theirs.
+    first_label: dict[str, str] = {}
+    for r in results:
+        first_label.setdefault(r.method, r.label)
+    results = [r if r.label == first_label[r.method] else replace(r, method=f"{r.method}:{r.label}")
+               for r in results]
+    return results, origin
+
+
 def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000) -> list[report.MethodResult]:
     resolved = [Path(p).resolve() for p in paths]
     twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
@@ -72,25 +114,18 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000)
     if len({s.synthetic for s in sources}) > 1:
         kinds = ", ".join(f"{s.path} ({'synthetic' if s.synthetic else 'real'})" for s in sources)
         raise ValueError(f"real and synthetic results are never combined: {kinds}")
-    results: list[report.MethodResult] = []
-    origin: dict[str, Path] = {}
-    for source in sources:
-        for r in report_source(source):
-            if origin.setdefault(r.benchmark, source.path) != source.path:
-                raise ValueError(f"benchmark {r.benchmark!r} is in both {origin[r.benchmark]} and {source.path}; "
-                                 "combine one directory per benchmark")
-            results.append(r)
+    results, origin = merge_sources([(source.path, report_source(source)) for source in sources])
     synthetic = sources[0].synthetic
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "sources.json",
                [{"directory": str(s.path), "command": s.command,
-                 "benchmarks": sorted(b for b, p in origin.items() if p == s.path)} for s in sources], indent=1)
+                 "benchmarks": sorted(b for b, ps in origin.items() if s.path in ps)} for s in sources], indent=1)
     report.write_csv(results, out / "summary.csv")
     meta = {
         "title": "DEAR evaluation, combined" + (" (SYNTHETIC)" if synthetic else ""),
         "synthetic": synthetic,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "notes": [f"{', '.join(sorted(b for b, p in origin.items() if p == s.path))} from `{s.path}` "
+        "notes": [f"{', '.join(sorted(b for b, ps in origin.items() if s.path in ps))} from `{s.path}` "
                   f"(its summary.md has the model, checkpoint, settings and failures): `{s.command}`"
                   for s in sources],
         "generation_s": _generation_seconds(sources, origin),
@@ -101,14 +136,14 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000)
         if record is not None:
             note = report.moved_note(record, {f"{r.benchmark}/{r.method}": (r.summary.accuracy.mean,
                                                                             r.summary.accuracy_seeded.mean)
-                                              for r in results if origin.get(r.benchmark) == s.path})
+                                              for r in results if s.path in origin.get(r.benchmark, ())})
             md += "\n" + "\n".join([note[0] + f" (`{s.path}`)", *note[1:]])
     (out / "summary.md").write_text(md, encoding="utf-8")
     plots.write_all(results, out, synthetic=synthetic)
     return results
 
 
-def _generation_seconds(sources: Sequence[Source], origin: dict[str, Path]) -> dict[str, float]:
+def _generation_seconds(sources: Sequence[Source], origin: dict[str, list[Path]]) -> dict[str, float]:
     """Seconds of generation per benchmark, from each directory's timings.json."""
     seconds: dict[str, float] = {}
     for s in sources:
@@ -116,7 +151,7 @@ def _generation_seconds(sources: Sequence[Source], origin: dict[str, Path]) -> d
         timings = json.loads(path.read_text()) if path.exists() else {}
         for key, value in timings.items():
             benchmark = key.split("/", 1)[0]
-            if origin.get(benchmark) == s.path:
+            if s.path in origin.get(benchmark, ()):
                 seconds[benchmark] = seconds.get(benchmark, 0.0) + float(value)
     return seconds
 

@@ -543,12 +543,16 @@ class Evaluator:
 
     # -- report
     def label(self, spec: M.MethodSpec) -> str:
-        """The report's label: DEAR methods carry the policy's training world, e.g. "DEAR (sim-trained)"."""
+        """The report's label: DEAR methods carry the policy's training world, e.g. "DEAR (sim-trained)", and an
+        extended policy's methods say so ("DEAR extended (sim-fitted)"), so a report that sets them beside the
+        paper's DEAR on the same questions (`eval.combine`) tells the two apart."""
         if not spec.needs_checkpoint or self.ckpt is None:
             return spec.label
-        # an extended policy's random control draws its stop and kinds too, not only a mask
-        name = "DEAR random (action frequencies)" if spec.selection_mode == "random" and self.ckpt.extended \
-            else spec.label
+        name = spec.label
+        if self.ckpt.extended:
+            # its random control draws its stop and kinds too, not only a mask
+            name = "DEAR extended random (action frequencies)" if spec.selection_mode == "random" \
+                else name.replace("DEAR", "DEAR extended", 1)
         return f"{name} ({self.s.policy_world or self.ckpt.world})"
 
     def collect(self) -> Collected:

@@ -502,6 +502,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "rollout.group_size": 1,
     "env.agent_profiles": None,  # every run before agent profiles had the paper's agents
     "happo.anneal_lr": False,
+    "happo.log_std_max": None,
 }
 
 

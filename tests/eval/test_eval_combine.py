@@ -74,10 +74,6 @@ def test_benchmarks_of_several_directories_sit_side_by_side(directory, tmp_path,
 def test_refusals_name_the_directory(directory, tmp_path):
     with pytest.raises(ValueError, match="listed twice"):
         combine.combine([directory, directory], tmp_path / "twice")
-    copy = tmp_path / "copy"
-    shutil.copytree(directory, copy)
-    with pytest.raises(ValueError, match="'synthetic' is in both"):
-        combine.combine([directory, copy], tmp_path / "both")
     real = tmp_path / "real"
     shutil.copytree(directory, real)
     stored = json.loads((real / "run.json").read_text())
@@ -89,3 +85,34 @@ def test_refusals_name_the_directory(directory, tmp_path):
     (real / "run.json").write_text(json.dumps({**stored, "commands": []}))
     with pytest.raises(ValueError, match="'commands' is empty"):
         combine.combine([real], tmp_path / "empty")
+
+
+def test_one_benchmark_from_two_directories_shares_its_baselines(directory, tmp_path, monkeypatch):
+    """Two directories of the same questions (one stored round 0): the baselines both computed are shown once,
+    a second DEAR (another label) gets its own row, and a baseline that differs is refused."""
+    second = tmp_path / "second"
+    shutil.copytree(directory, second)
+    real_report = combine.report_source
+    flipped = {"dear": "DEAR extended (sim-trained)"}
+
+    def second_policy(source):
+        results = real_report(source)
+        if source.path != second:
+            return results
+        return [replace(r, label=flipped.get(r.method, r.label),
+                        correct_by_question={q: 1.0 - c for q, c in r.correct_by_question.items()})
+                if r.method in flipped else r for r in results]
+
+    monkeypatch.setattr(combine, "report_source", second_policy)
+    results = combine.main([str(directory), str(second), "--out", str(tmp_path / "all"), "--n-boot", "100"])
+    assert [r.method for r in results] == ["majority", "mad", "dear", "dear:DEAR extended (sim-trained)"]
+    md = (tmp_path / "all" / "summary.md").read_text()
+    combine.main([str(directory), "--out", str(tmp_path / "one"), "--n-boot", "100"])
+    alone = (tmp_path / "one" / "summary.md").read_text()
+    assert md.count("| MAD |") == alone.count("| MAD |") and "| DEAR extended (sim-trained) |" in md
+    assert [s["benchmarks"] for s in json.loads((tmp_path / "all" / "sources.json").read_text())] == [
+        ["synthetic"], ["synthetic"]]
+
+    flipped["mad"] = "MAD"  # the same label with other per-question results: not one round 0
+    with pytest.raises(ValueError, match="method 'MAD' differs between"):
+        combine.combine([directory, second], tmp_path / "refused")

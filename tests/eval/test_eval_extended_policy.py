@@ -127,7 +127,9 @@ def test_the_random_control_plays_dears_action_frequencies(evaluated, tmp_path):
     assert turns and {turn_kind(a) for a in turns} != {0} and any(turn_kind(a) != a.agent for a in turns)
     assert all(len(a.peers) == 2 for a in turns if turn_kind(a) == 0)  # a reviser reads at DEAR's density 1
     assert all(a.peers == [] for a in turns if turn_kind(a) != 0)
-    assert "| DEAR random (action frequencies) (sim-trained) |" in (res / "summary.md").read_text()
+    md = (res / "summary.md").read_text()
+    assert "| DEAR extended random (action frequencies) (sim-trained) |" in md
+    assert "| DEAR extended (sim-trained) |" in md
 
 
 def test_a_belief_weighted_policy_votes_so_in_eval_and_in_dear_infer(tmp_path):

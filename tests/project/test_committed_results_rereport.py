@@ -34,7 +34,8 @@ def test_a_committed_suite_re_reports_identically(tmp_path, name, args, worlds):
             without_command((src / world / "table.md").read_text())
 
 
-EVAL_DIRS = ["eval-gsm8k-n60-v2", "eval-math500-n30-t2048", "eval-gpqa-n30", "eval-math500-n30-extended"]
+EVAL_DIRS = ["eval-gsm8k-n60-v2", "eval-math500-n30-t2048", "eval-gpqa-n30", "eval-math500-n30-extended",
+            "eval-gsm8k-n60-extended"]
 
 
 @pytest.mark.parametrize("name", EVAL_DIRS)
