@@ -10,6 +10,12 @@ side reads `--traces` (an eval.run trace file of the policy); the simulated side
 sim parameters and text bank) on `--sim-questions` test-split synthetic questions from `--seed`, with the policy's
 encoder, silent turns and decision rule, and is labelled synthetic. Compare with the value of sampling per state in
 `simworld.sampling_validation`'s table by round-0 agreement.
+
+With `--baselines DIR` (an eval.run traces directory of the same benchmark, e.g.
+results/eval-gsm8k-n60-v2/traces/gsm8k) a second table gives, per round-0 state, the accuracy of the fixed methods
+stored there (round-0 majority, MAD, SC, adaptive SC until 2 agree) and, with `--world`, of the same protocols in
+the simulated world on the same simulated questions (synthetic): what revising and what fresh samples are worth
+after each state, real against simulated.
 """
 
 from __future__ import annotations
@@ -85,6 +91,67 @@ def sim_traces(policy: Path, world: Path, n: int, seed: int) -> list[DebateTrace
     return [d.trace for d in engine.run(questions, protocol)]
 
 
+# The fixed methods of the baseline table: eval.run's trace name -> the protocol that plays it in the sim.
+BASELINES = {"majority": "round-0 majority", "mad": "MAD (revise, full mesh)", "sc": "SC (9 samples)",
+             "adaptive-sc-2": "adaptive SC (until 2 agree)"}
+
+
+def accuracy_by_state(traces: Sequence[DebateTrace]) -> dict[str, tuple[int, float]]:
+    """Per round-0 state (of the first three answers): (debates, accuracy with ties as expected values)."""
+    out = {}
+    for state in STATES:
+        scores = [t.final_score for t in traces
+                  if not t.failed and t.rounds and agreement_of([a.answer_key for a in t.rounds[0][:3]]) == state]
+        if scores:
+            out[state] = (len(scores), float(np.mean(scores)))
+    return out
+
+
+def real_baselines(directory: Path) -> dict[str, list[DebateTrace]]:
+    """The baseline methods' traces an eval.run traces directory holds (those it lacks are left out)."""
+    if not directory.is_dir():
+        raise FileNotFoundError(f"--baselines: no such directory {directory}")
+    found = {m: read_jsonl(directory / f"{m}.jsonl") for m in BASELINES if (directory / f"{m}.jsonl").exists()}
+    if not found:
+        raise FileNotFoundError(f"--baselines: {directory} holds none of {', '.join(f'{m}.jsonl' for m in BASELINES)}")
+    return found
+
+
+def sim_baselines(world: Path, n: int, seed: int) -> dict[str, list[DebateTrace]]:
+    """The baseline protocols in a simulated world (SYNTHETIC) on `n` test-split questions: V = 3, R = 2, round-0
+    sampling (T 0.7, top-p 0.9), silent turns."""
+    from dear.debate.protocols import AdaptiveSCProtocol, SelfConsistencyProtocol, make_protocol
+    from dear.llm.registry import make_backend
+
+    cfg = yaml.safe_load(world.read_text())
+    if (cfg.get("llm") or {}).get("preset") != "sim":
+        raise ValueError(f"--world {world}: llm.preset is not sim")
+    questions = tasks.load((cfg.get("env") or {}).get("task", "synthetic"), split="test", n=n, seed=seed)
+    out = {}
+    for method in BASELINES:
+        config = DebateConfig(n_agents=3, n_rounds=2, max_tokens=cfg["llm"].get("max_tokens", 512), seed=seed,
+                              silent=True)
+        protocol = {"sc": lambda: SelfConsistencyProtocol(3, 9),
+                    "adaptive-sc-2": lambda: AdaptiveSCProtocol(3, 2, 9)}.get(
+            method, lambda: make_protocol(method, config))()
+        engine = DebateEngine(make_backend("sim", **(cfg["llm"].get("options") or {})), config)
+        out[method] = [d.trace for d in engine.run(questions, protocol)]
+    return out
+
+
+def baseline_table(real: dict[str, list[DebateTrace]], sim: dict[str, list[DebateTrace]] | None) -> list[str]:
+    """Accuracy (%) and debates per round-0 state for each baseline, real then simulated (synthetic)."""
+    lines = ["| method | side | " + " | ".join(STATES) + " |", "|---|---|" + "---:|" * len(STATES)]
+    for method, label in BASELINES.items():
+        for side, traces in (("real", real.get(method)), ("sim (synthetic)", (sim or {}).get(method))):
+            if traces is None:
+                continue
+            acc = accuracy_by_state(traces)
+            cells = [f"{100 * acc[s][1]:.1f} (n={acc[s][0]})" if s in acc else "–" for s in STATES]
+            lines.append(f"| {label} | {side} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def table(rows: Sequence[StateRow], side: str) -> list[str]:
     return [f"| {side} | {r.state} | {r.debates} | {r.fresh:.2f} | {100 * r.no_fresh:.0f} % | {r.rounds:.2f} | "
             f"{100 * r.accuracy:.1f} |" for r in rows]
@@ -97,10 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--world", type=Path, default=Path("configs/sim.yaml"), help="the sim world (default %(default)s)")
     p.add_argument("--sim-questions", type=int, default=600, help="simulated questions (default %(default)s)")
     p.add_argument("--seed", type=int, default=99, help="the simulated side's question and debate seed")
+    p.add_argument("--baselines", type=Path,
+                   help="an eval.run traces directory: add the fixed methods' accuracy by round-0 state (real, and "
+                        "with --world simulated)")
     p.add_argument("--out", type=Path, help="write the table here (markdown) as well")
     a = p.parse_args(argv)
-    if a.traces is None and a.policy is None:
-        p.error("give --traces, --policy, or both")
+    if a.traces is None and a.policy is None and a.baselines is None:
+        p.error("give --traces, --policy, --baselines, or several")
     lines = [f"Command: `{command_line(PROG, argv)}`", "",
              "| side | round 0 | debates | fresh samples after round 0 | none drawn | exchange rounds | accuracy % |",
              "|---|---|---:|---:|---:|---:|---:|"]
@@ -110,6 +180,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines += table(by_state(read_jsonl(a.traces)), "real")
     if a.policy is not None:
         lines += table(by_state(sim_traces(a.policy, a.world, a.sim_questions, a.seed)), "sim (synthetic)")
+    if a.baselines is not None:
+        sim = sim_baselines(a.world, a.sim_questions, a.seed)
+        lines += ["", "Accuracy % by round-0 state of the fixed methods (real: the traces in `--baselines`; sim: the "
+                      f"same protocols in `{a.world}` on {a.sim_questions} simulated test questions from seed "
+                      f"{a.seed}, synthetic):", "",
+                  *baseline_table(real_baselines(a.baselines), sim)]
     text = "\n".join(lines) + "\n"
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
