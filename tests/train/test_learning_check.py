@@ -126,3 +126,29 @@ def test_dear_is_evaluated_on_the_baselines_debates_whatever_its_training_seed(t
         trainer.close()
     assert [e.question_id for e in a] == [e.question_id for e in b]
     assert [e.round0_accuracy for e in a] == [e.round0_accuracy for e in b]
+
+
+def test_an_extended_suite_summary_holds_dear_against_the_rule_baselines_too(tmp_path):
+    """With the extended action set the summary keeps the strict bar (the strongest baseline, here the paper's best
+    fixed policy, whose last-round vote the extended policy does not play) and adds DEAR against the best rule
+    baseline alone (SC, adaptive SC, MAD-stop)."""
+    import numpy as np
+
+    from train import learning_check as lc
+
+    rng = np.random.default_rng(0)
+
+    def row(name, kind, level):
+        objectives = list(level + 0.01 * rng.standard_normal(64))
+        return lc.Row(name + " (synthetic)", kind, 0.5, 1000.0, 500.0, 0.0, 0.0, 0.7, 64, "detail",
+                      [0.5] * 64, objectives).to_dict()
+
+    rows = [row("best fixed policy", "best-fixed", 0.66), row("SC", "sc", 0.44), row("adaptive SC", "adaptive-sc", 0.43),
+            row("MAD-stop", "mad-stop", 0.41), row("DEAR, seed 1", "dear", 0.60), row("DEAR, seed 2", "dear", 0.59)]
+    assert lc.strongest_baseline(rows)["kind"] == "best-fixed"
+    assert lc.strongest_baseline(rows, rules_only=True)["kind"] == "sc"
+    assert lc.strongest_baseline(rows[:1], rules_only=True) is None
+    lc.write_suite_summary(tmp_path, {"stylised": rows}, "python -m train.learning_check ...")
+    (line,) = [ln for ln in (tmp_path / "summary.md").read_text().splitlines() if ln.startswith("| stylised |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[5] == "misses it" and cells[8] == "beats it" and cells[7].endswith("vs SC")
