@@ -202,8 +202,12 @@ def export_policy(policy: JointPolicy, out_dir: str | Path, encoder: str,
     return out
 
 
-# The policy `dear.infer` and `dear.serve` use when no --policy is given (package data; README inside).
-SHIPPED_POLICY = Path(__file__).resolve().parent / "policies" / "sim-fitted-v2"
+# The policy `dear.infer` and `dear.serve` use when no --policy is given (package data; README inside): the
+# extended action set, chosen by the real three-benchmark evaluation (README, "Results"). The paper's action set
+# ships beside it for `--policy` (PAPER_POLICY).
+POLICIES_DIR = Path(__file__).resolve().parent / "policies"
+SHIPPED_POLICY = POLICIES_DIR / "sim-fitted-extended-v2"
+PAPER_POLICY = POLICIES_DIR / "sim-fitted-v2"
 
 
 def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy:

@@ -70,8 +70,14 @@ def _same_result(a: report.MethodResult, b: report.MethodResult) -> bool:
             and a.summary.total_tokens.mean == b.summary.total_tokens.mean)
 
 
+def policy_tag(source: Source) -> str:
+    """What tells a source's DEAR methods apart from another source's: its --checkpoint (else its directory)."""
+    argv = source.argv
+    return argv[argv.index("--checkpoint") + 1] if "--checkpoint" in argv[:-1] else str(source.path)
+
+
 def merge_sources(
-    per_source: Sequence[tuple[Path, list[report.MethodResult]]],
+    per_source: Sequence[tuple[Path, list[report.MethodResult]] | tuple[Path, list[report.MethodResult], str]],
 ) -> tuple[list[report.MethodResult], dict[str, list[Path]]]:
     """Every source's results in one list, and the directories each benchmark came from.
 
@@ -81,8 +87,10 @@ def merge_sources(
     "dear") is told apart by its label. Anything else is refused, naming the directories."""
     results: list[report.MethodResult] = []
     origin: dict[str, list[Path]] = {}
-    for path, source_results in per_source:
+    tags: dict[int, str] = {}  # id(result) -> its source's policy tag
+    for path, source_results, *tag in per_source:
         for r in source_results:
+            tags[id(r)] = tag[0] if tag else str(path)
             paths = origin.setdefault(r.benchmark, [])
             if path not in paths:
                 paths.append(path)
@@ -96,12 +104,19 @@ def merge_sources(
             elif not _same_result(same, r):
                 raise ValueError(f"benchmark {r.benchmark!r}: method {r.label!r} differs between {paths[0]} and "
                                  f"{path} (not the same stored round 0, or not the same settings)")
-    # One row per method: a key two policies share ("dear") keeps its first label; the others take theirs.
+    # One row per method: a key two policies share ("dear") keeps its first label; the others become
+    # "<key>@<policy tag>", so a policy's methods stay together (its random control beside its DEAR) across
+    # benchmarks.
     first_label: dict[str, str] = {}
     for r in results:
         first_label.setdefault(r.method, r.label)
-    results = [r if r.label == first_label[r.method] else replace(r, method=f"{r.method}:{r.label}")
+    results = [r if r.label == first_label[r.method] else replace(r, method=f"{r.method}@{tags[id(r)]}")
                for r in results]
+    keys: dict[str, str] = {}
+    for r in results:
+        if keys.setdefault(r.method, r.label) != r.label:
+            raise ValueError(f"method {r.method!r} has two labels, {keys[r.method]!r} and {r.label!r}: the same "
+                             "policy was evaluated under two names")
     return results, origin
 
 
@@ -114,7 +129,7 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000)
     if len({s.synthetic for s in sources}) > 1:
         kinds = ", ".join(f"{s.path} ({'synthetic' if s.synthetic else 'real'})" for s in sources)
         raise ValueError(f"real and synthetic results are never combined: {kinds}")
-    results, origin = merge_sources([(source.path, report_source(source)) for source in sources])
+    results, origin = merge_sources([(source.path, report_source(source), policy_tag(source)) for source in sources])
     synthetic = sources[0].synthetic
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "sources.json",

@@ -97,6 +97,14 @@ FRONTIER_RULE = ("Dominated by: the methods with accuracy ≥ and tokens per que
                  "mean tokens; the intervals are not tested); — = on the accuracy–cost frontier.")
 
 
+def _ablated_method(method: str) -> str | None:
+    """The full method an ablation or control belongs to ("dear-random-mask" -> "dear"); a combined report's
+    "<key>@<policy>" keeps its policy ("dear-random-mask@P" -> "dear@P")."""
+    key, at, policy = method.partition("@")
+    spec = METHODS.get(key)
+    return None if spec is None or not spec.ablates else spec.ablates + at + policy
+
+
 def dominated_by(results: Sequence[MethodResult]) -> dict[tuple[str, str], list[str]]:
     """(benchmark, method) -> the methods of the same benchmark that dominate it (FRONTIER_RULE), in result order;
     an empty list puts it on the frontier."""
@@ -152,7 +160,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
-             baselines: Sequence[str] = ("mad", "majority", "sc", "cot"), seed: int = 0, n_boot: int = 2000) -> str:
+             baselines: Sequence[str] = ("mad", "majority", "sc", "adaptive-sc-2", "adaptive-sc-3", "cot"), seed: int = 0, n_boot: int = 2000) -> str:
     """The full summary.md text. `meta` carries the command, model, seeds and labels for the header, and
     optionally `failures` {(benchmark, method): [(question_id, error)]} (failed debates that remain, left out
     of the accuracy) and `generation_s` {benchmark: seconds}."""
@@ -211,7 +219,7 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
                 for m in methods if m != baseline]
         lines += _table(["Method"] + benchmarks, rows) + [""]
 
-    ablations = [(m, METHODS[m].ablates) for m in methods if m in METHODS and METHODS[m].ablates in methods]
+    ablations = [(m, full) for m in methods if (full := _ablated_method(m)) in methods]
     if ablations:
         lines += ["### Paired difference of each method to its ablations and controls (same questions)", "",
                   ("Accuracy of the full method minus its ablation, in percentage points, with a paired bootstrap "

@@ -13,8 +13,8 @@ encoder, silent turns and decision rule, and is labelled synthetic. Compare with
 
 With `--baselines DIR` (an eval.run traces directory of the same benchmark, e.g.
 results/eval-gsm8k-n60-v2/traces/gsm8k) a second table gives, per round-0 state, the accuracy of the fixed methods
-stored there (round-0 majority, MAD, SC, adaptive SC until 2 agree) and, with `--world`, of the same protocols in
-the simulated world on the same simulated questions (synthetic): what revising and what fresh samples are worth
+stored there (round-0 majority, MAD, SC, adaptive SC until 2 agree) and, with `--policy`, of the same protocols in
+the simulated world `--world` on the same simulated questions (synthetic): what revising and what fresh samples are worth
 after each state, real against simulated.
 """
 
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=99, help="the simulated side's question and debate seed")
     p.add_argument("--baselines", type=Path,
                    help="an eval.run traces directory: add the fixed methods' accuracy by round-0 state (real, and "
-                        "with --world simulated)")
+                        "with --policy in --world simulated)")
     p.add_argument("--out", type=Path, help="write the table here (markdown) as well")
     a = p.parse_args(argv)
     if a.traces is None and a.policy is None and a.baselines is None:
@@ -181,10 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.policy is not None:
         lines += table(by_state(sim_traces(a.policy, a.world, a.sim_questions, a.seed)), "sim (synthetic)")
     if a.baselines is not None:
-        sim = sim_baselines(a.world, a.sim_questions, a.seed)
-        lines += ["", "Accuracy % by round-0 state of the fixed methods (real: the traces in `--baselines`; sim: the "
-                      f"same protocols in `{a.world}` on {a.sim_questions} simulated test questions from seed "
-                      f"{a.seed}, synthetic):", "",
+        sim = sim_baselines(a.world, a.sim_questions, a.seed) if a.policy is not None else None
+        where = (f"; sim: the same protocols in `{a.world}` on {a.sim_questions} simulated test questions from seed "
+                 f"{a.seed}, synthetic" if sim is not None else "")
+        lines += ["", f"Accuracy % by round-0 state of the fixed methods (real: the traces in `--baselines`{where}):",
+                  "",
                   *baseline_table(real_baselines(a.baselines), sim)]
     text = "\n".join(lines) + "\n"
     if a.out is not None:

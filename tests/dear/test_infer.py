@@ -124,13 +124,18 @@ def test_an_encoder_other_than_the_policys_is_refused_unless_allowed(exported):
 
 
 def test_the_shipped_policy_is_the_default_and_loads():
-    from dear.export import SHIPPED_POLICY, load_exported
+    """The default is the extended action set (fresh samples, keep, a stop, the vote over every sample); the
+    paper's action set ships beside it."""
+    from dear.export import PAPER_POLICY, SHIPPED_POLICY, load_exported
     from dear.infer import parse_args
 
     a = parse_args(["--question", "1+1?"])
     assert a.policy == str(SHIPPED_POLICY)
     exported = load_exported(a.policy)  # manifest, weights hash and layout checked
     assert exported.n_agents == 3 and exported.manifest["training"]["synthetic"] is True
+    assert exported.policy.config.actions == "extended" and exported.decision == "all-answers"
+    paper = load_exported(PAPER_POLICY)
+    assert paper.policy.config.actions == "paper" and paper.decision == "last-round"
 
 
 def test_a_training_run_given_as_policy_gets_the_export_command(tmp_path):

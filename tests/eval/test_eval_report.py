@@ -127,3 +127,13 @@ def test_the_accuracy_tokens_plot_draws_the_frontier(tmp_path, monkeypatch, synt
     assert ("SYNTHETIC" in line.get_label()) == synthetic == drawn["synthetic"]
     faces = {c.get_label(): c.lines[0].get_markerfacecolor() for c in ax.containers}
     assert faces["MAD"] == "none" and faces["CoT-SC"] != "none"  # a dominated method's marker is hollow
+
+
+def test_a_combined_reports_policy_keeps_its_control_beside_it():
+    """In a combined report a second policy's methods are "<key>@<policy>": its random control still pairs with
+    its own DEAR, not with the first policy's."""
+    from eval.report import _ablated_method
+
+    assert _ablated_method("dear-random-mask") == "dear"
+    assert _ablated_method("dear-random-mask@results/policy-x") == "dear@results/policy-x"
+    assert _ablated_method("dear@results/policy-x") is None and _ablated_method("mad") is None

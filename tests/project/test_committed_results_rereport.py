@@ -35,7 +35,7 @@ def test_a_committed_suite_re_reports_identically(tmp_path, name, args, worlds):
 
 
 EVAL_DIRS = ["eval-gsm8k-n60-v2", "eval-math500-n30-t2048", "eval-gpqa-n30", "eval-math500-n30-extended",
-            "eval-gsm8k-n60-extended"]
+            "eval-gsm8k-n60-extended", "eval-gpqa-n30-extended"]
 
 
 @pytest.mark.parametrize("name", EVAL_DIRS)

@@ -22,7 +22,7 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
-from dear.export import SHIPPED_POLICY  # noqa: E402
+from dear.export import PAPER_POLICY  # noqa: E402
 from tests.dear.serve.test_serve import ask, client, dear_server, synthetic_questions  # noqa: E402
 
 METHODS = ["dear", "mad", "mad-stop", "sc", "cot", "majority"]
@@ -32,7 +32,7 @@ ROUND_WORST = 3 * PER_TURN  # V = 3 agents at the per-turn limit
 
 @pytest.fixture(scope="module")
 def sim_server(tmp_path_factory):
-    with dear_server(SHIPPED_POLICY, "sim", tmp_path_factory.mktemp("methods"), "--batch-window-ms", "200",
+    with dear_server(PAPER_POLICY, "sim", tmp_path_factory.mktemp("methods"), "--batch-window-ms", "200",
                      "--max-active", "64") as base:
         yield base
 
@@ -256,7 +256,7 @@ def test_methods_and_a_token_budget_on_the_smoke_model(tmp_path):
     """SmolLM2-135M through llama.cpp: every method answers, and a token budget stops a debate on the model's
     real token counts (its answers are nonsense; the plumbing is what is checked)."""
     t0 = time.perf_counter()
-    with dear_server(SHIPPED_POLICY, "smoke", tmp_path, "--n-rounds", "2", "--max-tokens", "24", "--kind",
+    with dear_server(PAPER_POLICY, "smoke", tmp_path, "--n-rounds", "2", "--max-tokens", "24", "--kind",
                      "integer", "--max-active", "2") as base:
         c = client(base)
         answered = {m: ask(c, "What is 12 + 30?", model=m, seed=3) for m in METHODS}
