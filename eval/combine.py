@@ -77,45 +77,42 @@ def policy_tag(source: Source) -> str:
 
 
 def merge_sources(
-    per_source: Sequence[tuple[Path, list[report.MethodResult]] | tuple[Path, list[report.MethodResult], str]],
+    per_source: Sequence[tuple[Path, list[report.MethodResult], str]],
 ) -> tuple[list[report.MethodResult], dict[str, list[Path]]]:
-    """Every source's results in one list, and the directories each benchmark came from.
+    """Every source's results in one list, and the directories each benchmark came from. `per_source` holds each
+    directory, its results and its policy tag (`policy_tag`).
 
     A benchmark may come from several directories when they ran the same questions from one stored round 0 (e.g.
     the paper's DEAR in one and an extended DEAR in another): a method both report must then agree on every
     question and its tokens (the shared baselines; kept once), and a method key that means two policies (both
-    "dear") is told apart by its label. Anything else is refused, naming the directories."""
-    results: list[report.MethodResult] = []
+    "dear") keeps its first label while the other becomes "<key>@<policy tag>". Anything else is refused, naming
+    the directories."""
+    merged: list[tuple[report.MethodResult, str]] = []
     origin: dict[str, list[Path]] = {}
-    tags: dict[int, str] = {}  # id(result) -> its source's policy tag
-    for path, source_results, *tag in per_source:
+    for path, source_results, tag in per_source:
         for r in source_results:
-            tags[id(r)] = tag[0] if tag else str(path)
             paths = origin.setdefault(r.benchmark, [])
             if path not in paths:
                 paths.append(path)
-            earlier = [o for o in results if o.benchmark == r.benchmark]
+            earlier = [o for o, _ in merged if o.benchmark == r.benchmark]
             if earlier and set(earlier[0].correct_by_question) != set(r.correct_by_question):
                 raise ValueError(f"benchmark {r.benchmark!r}: {path} and {paths[0]} report different questions; "
                                  "only directories with the same questions (one stored round 0) combine")
             same = next((o for o in earlier if (o.method, o.label) == (r.method, r.label)), None)
             if same is None:
-                results.append(r)
+                merged.append((r, tag))
             elif not _same_result(same, r):
                 raise ValueError(f"benchmark {r.benchmark!r}: method {r.label!r} differs between {paths[0]} and "
                                  f"{path} (not the same stored round 0, or not the same settings)")
-    # One row per method: a key two policies share ("dear") keeps its first label; the others become
-    # "<key>@<policy tag>", so a policy's methods stay together (its random control beside its DEAR) across
-    # benchmarks.
+    # One row per method across benchmarks, and a policy's methods together (its random control beside its DEAR).
     first_label: dict[str, str] = {}
-    for r in results:
+    for r, _ in merged:
         first_label.setdefault(r.method, r.label)
-    results = [r if r.label == first_label[r.method] else replace(r, method=f"{r.method}@{tags[id(r)]}")
-               for r in results]
-    keys: dict[str, str] = {}
+    results = [r if r.label == first_label[r.method] else replace(r, method=f"{r.method}@{tag}") for r, tag in merged]
+    labels: dict[str, str] = {}
     for r in results:
-        if keys.setdefault(r.method, r.label) != r.label:
-            raise ValueError(f"method {r.method!r} has two labels, {keys[r.method]!r} and {r.label!r}: the same "
+        if labels.setdefault(r.method, r.label) != r.label:
+            raise ValueError(f"method {r.method!r} has two labels, {labels[r.method]!r} and {r.label!r}: one "
                              "policy was evaluated under two names")
     return results, origin
 
