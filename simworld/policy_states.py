@@ -32,7 +32,7 @@ from dear import tasks
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateConfig, DebateEngine
-from dear.debate.sampling_rules import AGREEMENT_STATES, agreement_of
+from dear.debate.sampling_rules import AGREEMENT_STATES, ROUND0_AGENTS, agreement_of
 from dear.debate.trace import DebateTrace, read_jsonl
 
 PROG = "python -m simworld.policy_states"
@@ -50,8 +50,9 @@ class StateRow:
 
 
 def agreement_state(trace: DebateTrace) -> str:
-    """How round 0's answers agree: unanimous, two agree, or all differ (`agreement_of`)."""
-    return agreement_of([t.answer_key for t in trace.rounds[0]])
+    """How round 0's first three answers agree (a 9-sample SC trace counts its debate's round 0): unanimous, two
+    agree, or all differ (`agreement_of`)."""
+    return agreement_of([t.answer_key for t in trace.rounds[0][:ROUND0_AGENTS]])
 
 
 def by_state(traces: Sequence[DebateTrace]) -> list[StateRow]:
@@ -100,8 +101,7 @@ def accuracy_by_state(traces: Sequence[DebateTrace]) -> dict[str, tuple[int, flo
     """Per round-0 state (of the first three answers): (debates, accuracy with ties as expected values)."""
     out = {}
     for state in STATES:
-        scores = [t.final_score for t in traces
-                  if not t.failed and t.rounds and agreement_of([a.answer_key for a in t.rounds[0][:3]]) == state]
+        scores = [t.final_score for t in traces if not t.failed and t.rounds and agreement_state(t) == state]
         if scores:
             out[state] = (len(scores), float(np.mean(scores)))
     return out
@@ -127,15 +127,14 @@ def sim_baselines(world: Path, n: int, seed: int) -> dict[str, list[DebateTrace]
     if (cfg.get("llm") or {}).get("preset") != "sim":
         raise ValueError(f"--world {world}: llm.preset is not sim")
     questions = tasks.load((cfg.get("env") or {}).get("task", "synthetic"), split="test", n=n, seed=seed)
+    config = DebateConfig(n_agents=3, n_rounds=2, max_tokens=cfg["llm"].get("max_tokens", 512), seed=seed,
+                          silent=True)
+    protocols = {"majority": make_protocol("majority", config), "mad": make_protocol("mad", config),
+                 "sc": SelfConsistencyProtocol(3, 9), "adaptive-sc-2": AdaptiveSCProtocol(3, 2, 9)}
     out = {}
-    for method in BASELINES:
-        config = DebateConfig(n_agents=3, n_rounds=2, max_tokens=cfg["llm"].get("max_tokens", 512), seed=seed,
-                              silent=True)
-        protocol = {"sc": lambda: SelfConsistencyProtocol(3, 9),
-                    "adaptive-sc-2": lambda: AdaptiveSCProtocol(3, 2, 9)}.get(
-            method, lambda: make_protocol(method, config))()
+    for method in BASELINES:  # a fresh backend each: every protocol starts from the same round 0
         engine = DebateEngine(make_backend("sim", **(cfg["llm"].get("options") or {})), config)
-        out[method] = [d.trace for d in engine.run(questions, protocol)]
+        out[method] = [d.trace for d in engine.run(questions, protocols[method])]
     return out
 
 
