@@ -143,13 +143,17 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
         "fusion": cfg.fusion,
         "policy_config": {k: list(x) if isinstance(x, tuple) else x for k, x in cfg.to_dict().items()},
         "observation": {
-            "selection": {"dim": selection_obs_dim(v, cfg.actions),
+            "selection": {"dim": selection_obs_dim(v, cfg.actions, cfg.n_profiles),
                           "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]" + (
+                              "; then per agent i its profile's one-hot over policy_config.profiles"
+                              if cfg.n_profiles else "") + (
                               "; then [round / R, leader's votes / V, (leader - runner-up votes) / V] over the "
                               "answers the final vote counts" if cfg.actions == "extended" else "")},
-            "behavior": {"dim": behavior_obs_dim(v),
+            "behavior": {"dim": behavior_obs_dim(v, cfg.n_profiles),
                          "layout": "per agent: [E_hat_i (V), u_hat_i, conflict_i, one_hot(i) (V)] after fusing "
-                                   "agent i's opinion with the peers it reads; conflict_i = 0 under fusion 'mean'"},
+                                   "agent i's opinion with the peers it reads; conflict_i = 0 under fusion 'mean'" + (
+                                       "; then its profile's one-hot over policy_config.profiles"
+                                       if cfg.n_profiles else "")},
             "evidence": "e_ij = (2 + cos(h_i, h_j) + cos(c_i, c_j)) / 4 over reasoning (h) and conclusion (c)",
         },
         "action": {

@@ -91,6 +91,8 @@ class RegulatedDebater:
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
                                    silent=self.exported.silent, decision=self.exported.decision,
                                    agent_profiles=profiles)
+        # a policy with the profile feature checks the pool now, before a backend loads (RegulatedProtocol)
+        RegulatedProtocol(policy=self.exported.policy, encoder=None, config=self.config)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
         self.encoder_spec = choose_encoder(self.exported.encoder, encoder, allow_encoder_mismatch)
         self.encoder = make_encoder(self.encoder_spec)

@@ -13,6 +13,11 @@ Conventions (also used by the environment and the export manifest):
 - Behavior observation (per agent, 2V+2): ``[Ê_i (V), û_i, conflict_i, one_hot(i) (V)]`` where
   ``Ê_i = b̂_i · V / û_i`` is the fused evidence of agent i's opinion combined with the peers it reads
   (`behavior_observation`); conflict_i is the Dempster conflict K_i, and 0 under the "mean" fusion ablation.
+- Profile feature (optional, `PolicyConfig.profiles`, off = the paper's observations): with a vocabulary of P
+  agent-profile names, the selection input gets each agent's one-hot profile (V x P, agent-major) right after
+  the paper's V(2V+1) features, and each agent's behavior observation gets its own one-hot (P) at its end
+  (`profile_onehot`). With a fixed pool order one_hot(i) already tells agents apart; the feature matters when
+  the order varies (shuffled per debate in training, or another order at inference).
 - Behavior action: raw pre-sigmoid ``z (V, 2)`` = (temperature, top-p) per agent; flattened agent-major to
   ``2V`` values ``[z_0T, z_0P, z_1T, z_1P, ...]`` in the environment's action. `to_sampling` maps it.
 - One joint action per RL agent, so ONE probability ratio each: the selection log-prob is the SUM of the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -71,9 +77,11 @@ def n_pairs(n_agents: int) -> int:
     return n_agents * (n_agents - 1)
 
 
-def selection_obs_dim(n_agents: int, actions: ActionSet = "paper") -> int:
-    """The paper's V(2V+1) features; the extended action set adds the decision features (stop needs them)."""
-    return n_agents * (2 * n_agents + 1) + (N_DECISION_FEATURES if actions == "extended" else 0)
+def selection_obs_dim(n_agents: int, actions: ActionSet = "paper", n_profiles: int = 0) -> int:
+    """The paper's V(2V+1) features, then (profile feature) V x P profile one-hots, then (extended actions) the
+    decision features (stop needs them)."""
+    return n_agents * (2 * n_agents + 1) + n_agents * n_profiles + (N_DECISION_FEATURES if actions == "extended"
+                                                                      else 0)
 
 
 def selection_head_dim(n_agents: int, actions: ActionSet = "paper") -> int:
@@ -81,8 +89,24 @@ def selection_head_dim(n_agents: int, actions: ActionSet = "paper") -> int:
     return n_pairs(n_agents) + (3 * n_agents + 1 if actions == "extended" else 0)
 
 
-def behavior_obs_dim(n_agents: int) -> int:
-    return 2 * n_agents + 2
+def behavior_obs_dim(n_agents: int, n_profiles: int = 0) -> int:
+    """The paper's 2V+2 features per agent, then (profile feature) the agent's profile one-hot (P)."""
+    return 2 * n_agents + 2 + n_profiles
+
+
+def profile_onehot(names: Sequence[Sequence[str]], vocabulary: Sequence[str]) -> torch.Tensor:
+    """(B, V x P) one-hots, agent-major: debate b's agent i has profile `names[b][i]`, position in `vocabulary`.
+    ValueError naming an unknown profile and the vocabulary (a policy knows only the profiles it trained with)."""
+    index = {name: k for k, name in enumerate(vocabulary)}
+    rows = []
+    for debate in names:
+        unknown = [n for n in debate if n not in index]
+        if unknown:
+            raise ValueError(f"agent profile {unknown[0]!r} is not one the policy knows (its profile feature was "
+                             f"trained with {list(vocabulary)})")
+        rows.append([index[n] for n in debate])
+    ids = torch.tensor(rows, dtype=torch.long).reshape(len(rows), -1)
+    return nn.functional.one_hot(ids, len(vocabulary)).reshape(len(rows), -1).float()
 
 
 def _pair_index(n_agents: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,11 +288,12 @@ class SelectionPolicy(nn.Module):
     and the stop near 1/2: the neutral start, favouring no action.
     """
 
-    def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0, actions: ActionSet = "paper"):
+    def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0, actions: ActionSet = "paper",
+                 n_profiles: int = 0):
         super().__init__()
         self.n_agents = n_agents
         self.actions = actions
-        self.obs_dim = selection_obs_dim(n_agents, actions)
+        self.obs_dim = selection_obs_dim(n_agents, actions, n_profiles)
         self.n_pairs = n_pairs(n_agents)
         self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, selection_head_dim(n_agents, actions), out_std=0.01)
@@ -350,14 +375,15 @@ class ExtendedSelection:
 class BehaviorPolicy(nn.Module):
     """Behavior actor ("how each agent samples"): ONE network shared by all V LLM agents.
 
-    Input per agent: the behavior observation (2V+2). Output: mean of a diagonal Gaussian over the 2 raw
-    (pre-sigmoid) values; the log-std is a state-independent learnable parameter (shared by agents).
+    Input per agent: the behavior observation (2V+2, and P with the profile feature). Output: mean of a diagonal
+    Gaussian over the 2 raw (pre-sigmoid) values; the log-std is a state-independent learnable parameter (shared by
+    agents).
     """
 
-    def __init__(self, n_agents: int, hidden: int = 64, log_std_init: float = -0.5):
+    def __init__(self, n_agents: int, hidden: int = 64, log_std_init: float = -0.5, n_profiles: int = 0):
         super().__init__()
         self.n_agents = n_agents
-        self.obs_dim = behavior_obs_dim(n_agents)
+        self.obs_dim = behavior_obs_dim(n_agents, n_profiles)
         self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, 2, out_std=0.01)
         self.log_std = nn.Parameter(torch.full((2,), float(log_std_init)))
@@ -434,6 +460,8 @@ class PolicyConfig:
     # with probabilities random_kinds (KINDS order), the debate stopped with probability random_stop.
     random_kinds: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
     random_stop: float = 0.0
+    # The profile feature's vocabulary (agent-profile names, `AgentProfile.name`); None = the paper's observations
+    profiles: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.selection_mode not in ("learned", "full", "random"):
@@ -459,6 +487,15 @@ class PolicyConfig:
             raise ValueError(f"random_stop must be in [0, 1], got {self.random_stop}")
         self.temperature_range = tuple(float(x) for x in self.temperature_range)
         self.top_p_range = tuple(float(x) for x in self.top_p_range)
+        if self.profiles is not None:
+            self.profiles = tuple(str(x) for x in self.profiles)
+            if not self.profiles or len(set(self.profiles)) != len(self.profiles):
+                raise ValueError(f"profiles must be distinct profile names (at least one), got {list(self.profiles)}")
+
+    @property
+    def n_profiles(self) -> int:
+        """P, the profile feature's width (0 without it)."""
+        return len(self.profiles) if self.profiles else 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -539,8 +576,9 @@ class JointPolicy(nn.Module):
         self.config = config
         self.n_agents = config.n_agents
         self.selection = SelectionPolicy(config.n_agents, config.selection_hidden, config.selection_bias_init,
-                                         config.actions)
-        self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init)
+                                         config.actions, config.n_profiles)
+        self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init,
+                                       config.n_profiles)
         self._fixed_raw = from_sampling(
             config.fixed_temperature, config.fixed_top_p, config.temperature_range, config.top_p_range,
             config.behavior_map,
@@ -668,13 +706,24 @@ class JointPolicy(nn.Module):
         return self._behavior_logp_entropy(dist, raw, active, per_dim)
 
     # -- joint -------------------------------------------------------------------------------------
+    def _behavior_input(self, selection_obs: torch.Tensor, b: torch.Tensor, u: torch.Tensor,
+                        pairs: torch.Tensor) -> torch.Tensor:
+        """The behavior observation under the chosen pairs; with the profile feature, each agent's one-hot (read
+        from the selection input, where it follows the paper's features) is appended."""
+        obs = behavior_observation(b, u, pairs_to_mask(pairs, self.n_agents), rule=self.config.fusion)
+        if not self.config.n_profiles:
+            return obs
+        v, start = self.n_agents, selection_obs_dim(self.n_agents)
+        onehots = selection_obs[:, start: start + v * self.config.n_profiles].reshape(-1, v, self.config.n_profiles)
+        return torch.cat([obs, onehots.to(obs.dtype)], dim=-1)
+
     @torch.no_grad()
     def act(
         self, selection_obs: torch.Tensor, b: torch.Tensor, u: torch.Tensor, deterministic: bool = False
     ) -> ActOutput:
         """Sample (or take the mode of) both actors' actions for a batch of debates.
 
-        ``selection_obs`` (B, V(2V+1)), ``b`` (B, V, V), ``u`` (B, V) come from the regulator's
+        ``selection_obs`` (B, `selection_obs_dim`), ``b`` (B, V, V), ``u`` (B, V) come from the regulator's
         `BeliefObservation` (or the env observation). Deterministic: pairs = 1[p > 0.5], raw = mean.
         """
         device = self.behavior.log_std.device  # inputs may come from numpy/CPU; compute where the nets are
@@ -685,8 +734,8 @@ class JointPolicy(nn.Module):
             active = (1.0 - stop).unsqueeze(-1) * (kinds != KEEP).to(stop.dtype)
         else:
             pairs, logp_s, ent_s = self._select(selection_obs, deterministic)
+        behavior_obs = self._behavior_input(selection_obs, b, u, pairs)
         mask = pairs_to_mask(pairs, self.n_agents)
-        behavior_obs = behavior_observation(b, u, mask, rule=self.config.fusion)
         raw, logp_b, ent_b = self._behave(behavior_obs, deterministic, active)
         sampling = to_sampling(
             raw.clamp(-RAW_BOUND, RAW_BOUND), self.config.temperature_range, self.config.top_p_range,
@@ -724,7 +773,7 @@ class JointPolicy(nn.Module):
         if behavior_obs is None:
             if b is None or u is None:
                 raise ValueError("evaluate_actions: pass behavior_obs or both b and u")
-            behavior_obs = behavior_observation(b, u, pairs_to_mask(pairs, self.n_agents), self.config.fusion)
+            behavior_obs = self._behavior_input(selection_obs, b, u, pairs)
         logp_s, ent_s = self.evaluate_selection(selection_obs, pairs)
         logp_b, ent_b = self.evaluate_behavior(behavior_obs, raw_behavior)
         return EvalOutput(

@@ -27,7 +27,8 @@ from dear.belief import opinions
 from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.debate.trace import AgentTurn
 from dear.evidence import Encoder, answer_aware_evidence, pairwise_evidence
-from dear.policy import JointPolicy, selection_observation
+from dear.debate.profiles import without_backend
+from dear.policy import JointPolicy, profile_onehot, selection_observation
 from dear.vote import tally
 
 _EMPTY_TEXT = "(empty)"  # stands in for a blank section so the encoder always gets text
@@ -49,19 +50,22 @@ class BeliefObservation:
     state: torch.Tensor  # (B, state_dim(V))
     round: list[int]  # last completed round per debate
     decision: torch.Tensor | None = None  # (B, 3) `decision_features`
+    profiles: torch.Tensor | None = None  # (B, V x P) the agents' profile one-hots (`profile_features`), if asked
 
     @property
     def batch_size(self) -> int:
         return int(self.b.shape[0])
 
     def selection_input(self, actions: str = "paper") -> torch.Tensor:
-        """The selection policy's input: the paper's observation; the extended action set appends the decision
-        features, which its stop needs (how decided the vote would be if the debate stopped now)."""
-        if actions != "extended":
-            return self.selection_obs
-        if self.decision is None:
-            raise ValueError("selection_input: this observation has no decision features")
-        return torch.cat([self.selection_obs, self.decision], dim=-1)
+        """The selection policy's input: the paper's observation, then the profile one-hots if observed (the
+        profile feature), then with the extended action set the decision features, which its stop needs (how
+        decided the vote would be if the debate stopped now)."""
+        parts = [self.selection_obs] + ([self.profiles] if self.profiles is not None else [])
+        if actions == "extended":
+            if self.decision is None:
+                raise ValueError("selection_input: this observation has no decision features")
+            parts.append(self.decision)
+        return torch.cat(parts, dim=-1) if len(parts) > 1 else self.selection_obs
 
 
 def _answer_features(keys: Sequence[str | None]) -> tuple[float, float, float, list[float]]:
@@ -97,10 +101,26 @@ def round_evidence(rounds: Sequence[Sequence[AgentTurn]], encoder: Encoder, answ
     return e
 
 
-def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0) -> BeliefObservation:
+def profile_features(debates: Sequence[Debate], vocabulary: Sequence[str]) -> torch.Tensor:
+    """(B, V x P) one-hots of each agent's profile in its last turn, by name in `vocabulary` (a name the
+    vocabulary lacks is matched without its backend: `local:cot` is `cot`). ValueError for a debate without
+    profiles or an unknown profile."""
+    names = []
+    for d in debates:
+        seats = [t.profile for t in d.last_turns]
+        if any(name is None for name in seats):
+            raise ValueError(f"debate {d.debate_id}: the policy's profile feature needs agent profiles "
+                             f"(its vocabulary: {list(vocabulary)}); this debate's agents have none")
+        names.append([n if n in vocabulary else without_backend(n) for n in seats])
+    return profile_onehot(names, vocabulary)
+
+
+def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0,
+            profile_vocabulary: Sequence[str] | None = None) -> BeliefObservation:
     """Encode every agent's reasoning and conclusion of each debate's last round (ONE encode call) and
     turn them into beliefs, the selection observation and the critic state (`round_evidence`). Each debate's
-    certainties 1 - u of that round are kept in `Debate.certainty` (the belief-weighted vote reads them)."""
+    certainties 1 - u of that round are kept in `Debate.certainty` (the belief-weighted vote reads them).
+    With `profile_vocabulary` (a policy's profile feature) the agents' profile one-hots are observed too."""
     if not debates:
         raise ValueError("observe: no debates given")
     n_agents = debates[0].n_agents
@@ -130,6 +150,7 @@ def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0
         state=state,
         round=[d.round for d in debates],
         decision=torch.tensor([decision_features(d) for d in debates], dtype=torch.float32),
+        profiles=None if profile_vocabulary is None else profile_features(debates, profile_vocabulary),
     )
 
 
@@ -228,13 +249,24 @@ class RegulatedProtocol:
                 f"RegulatedProtocol: policy has n_agents={self.policy.n_agents}, "
                 f"DebateConfig.n_agents={self.config.n_agents}"
             )
+        vocabulary = self.policy.config.profiles
+        if vocabulary is not None:  # fail before any call, not after round 0
+            pool = self.config.agent_profiles
+            if pool is None:
+                raise ValueError(f"RegulatedProtocol: the policy observes agent profiles (trained with "
+                                 f"{list(vocabulary)}); give the debate agent profiles")
+            names = [p.name if p.name in vocabulary else without_backend(p.name) for p in pool]
+            unknown = [n for n in names if n not in vocabulary]
+            if unknown:
+                raise ValueError(f"RegulatedProtocol: agent profile {unknown[0]!r} is not one the policy knows (its "
+                                 f"profile feature was trained with {list(vocabulary)})")
 
     @property
     def n_rounds(self) -> int:
         return self.config.n_rounds
 
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
-        obs = observe(debates, self.encoder, self.answer_aware)
+        obs = observe(debates, self.encoder, self.answer_aware, self.policy.config.profiles)
         act = self.policy.act(obs.selection_input(self.policy.config.actions), obs.b, obs.u,
                               deterministic=self.deterministic)
         for k, d in enumerate(debates):

@@ -4,7 +4,8 @@ One episode = one debate of `n_rounds` exchange rounds on a question drawn (seed
 `reset` runs round 0 (independent answers); each `step` runs ONE exchange round under the action.
 
 Observation (Dict, float32, all entries in [0, 1]):
-    "selection"   (V(2V+1),)  per agent [b_i, u_i, one_hot(i)]           (dear.policy.selection_observation)
+    "selection"   (V(2V+1),)  per agent [b_i, u_i, one_hot(i)]           (dear.policy.selection_observation);
+                  with profile_feature then each agent's profile one-hot (V x P, `profile_vocabulary`)
     "belief"      (V, V)      belief masses b_ij (b_ii = 0)
     "uncertainty" (V,)        u_i
     "state"       (state_dim,) centralised-critic state                    (dear.regulator.state_dim)
@@ -95,6 +96,12 @@ class DebateEnvConfig:
     # Per-agent reply style and token limit (dear/debate/profiles.py), one per agent; None = the paper's agents.
     # Every agent runs on the env's one backend (`llm`), so a profile names no backend here.
     agent_profiles: tuple[AgentProfile, ...] | None = None
+    # Seat the profiles in a random order per debate (drawn with the debate's question and seed), so a policy
+    # meets every profile in every seat; False = agent i runs profile i.
+    shuffle_profiles: bool = False
+    # Observe each agent's profile (one-hot over `profile_vocabulary`) beside the paper's features
+    # (dear.policy module docstring); False = the paper's observations.
+    profile_feature: bool = False
 
     def __post_init__(self):
         if self.n_agents < 2:
@@ -130,6 +137,16 @@ class DebateEnvConfig:
             if named:
                 raise ValueError(f"agent_profiles[{named[0]}].backend: the env runs every agent on its one backend "
                                  f"(llm); leave the profile's backend unset")
+        for name in ("shuffle_profiles", "profile_feature"):
+            if getattr(self, name) and self.agent_profiles is None:
+                raise ValueError(f"{name} needs agent_profiles (a pool whose agents differ)")
+
+    @property
+    def profile_vocabulary(self) -> tuple[str, ...] | None:
+        """The profile feature's one-hot order: the pool's distinct profile names in pool order (None without it)."""
+        if not self.profile_feature:
+            return None
+        return tuple(dict.fromkeys(p.name for p in self.agent_profiles))
 
 
     @classmethod
@@ -248,7 +265,8 @@ class DebateCore:
         self.state_dim = state_dim(v)
         self.observation_space = spaces.Dict(
             {
-                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v, cfg.actions),), np.float32),
+                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v, cfg.actions, len(cfg.profile_vocabulary or ())),),
+                                        np.float32),
                 "belief": spaces.Box(0.0, 1.0, (v, v), np.float32),
                 "uncertainty": spaces.Box(0.0, 1.0, (v,), np.float32),
                 "state": spaces.Box(0.0, 1.0, (self.state_dim,), np.float32),
@@ -337,8 +355,9 @@ class DebateCore:
     def start(
         self, rngs: Sequence[np.random.Generator], question_indices: Sequence[int | None]
     ) -> list[Debate]:
-        """Draw a question and a debate seed per sub-debate and run round 0 (one engine.start call)."""
-        chosen, seeds = [], []
+        """Draw a question, a debate seed and (shuffle_profiles) a seating per sub-debate and run round 0 (one
+        engine.start call)."""
+        chosen, seeds, orders = [], [], []
         for rng, idx in zip(rngs, question_indices):
             if idx is None:
                 idx = int(rng.integers(len(self.questions)))
@@ -346,11 +365,14 @@ class DebateCore:
                 raise ValueError(f"options['question_index']={idx} outside [0, {len(self.questions)})")
             chosen.append(self.questions[int(idx)])
             seeds.append(int(rng.integers(2**31 - 1)))
-        return self.engine.start(chosen, debate_seeds=seeds, protocol="env")
+            # drawn after the seed, so the questions and seeds of a run do not move when shuffling is switched on
+            orders.append(tuple(int(k) for k in rng.permutation(self.config.n_agents))
+                          if self.config.shuffle_profiles else None)
+        return self.engine.start(chosen, debate_seeds=seeds, protocol="env", pool_orders=orders)
 
     def observe(self, debates: Sequence[Debate]) -> tuple[list[dict[str, np.ndarray]], BeliefObservation]:
         """Per-debate observation dicts (float32, clipped into the [0, 1] boxes against rounding)."""
-        bo = observe(debates, self.encoder, self.config.answer_aware)
+        bo = observe(debates, self.encoder, self.config.answer_aware, self.config.profile_vocabulary)
         arrays = {
             "selection": bo.selection_input(self.config.actions).numpy(),
             "belief": bo.b.numpy(),
@@ -460,6 +482,8 @@ class DebateEnv(gym.Env):
         decision: str = "last-round",
         seed: int = 0,
         agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
+        shuffle_profiles: bool = False,
+        profile_feature: bool = False,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,

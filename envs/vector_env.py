@@ -81,6 +81,8 @@ class DebateVectorEnv(VectorEnv):
         decision: str = "last-round",
         seed: int = 0,
         agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
+        shuffle_profiles: bool = False,
+        profile_feature: bool = False,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,

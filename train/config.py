@@ -149,6 +149,17 @@ class EnvSection:
     # (dear/debate/profiles.py); every agent runs on the llm backend, so a backend may only repeat its spec.
     # None = the paper's agents.
     agent_profiles: list[dict[str, Any]] | None = None
+    # Seat the profiles in a random order per debate (envs/debate_env.py), so the policy meets each in every seat
+    shuffle_profiles: bool = False
+    # Observe each agent's profile (one-hot, dear/policy.py); off = the paper's observations
+    profile_feature: bool = False
+
+    def profile_vocabulary(self) -> tuple[str, ...] | None:
+        """The profile feature's one-hot order (the pool's distinct names, in pool order); None without it."""
+        if not self.profile_feature or self.agent_profiles is None:
+            return None
+        profiles = as_profiles(self.agent_profiles, "env.agent_profiles")
+        return tuple(dict.fromkeys(replace(p, backend=None).name for p in profiles))  # the env's names
 
     def profiles(self, llm_spec: str) -> tuple[AgentProfile, ...] | None:
         """The validated `agent_profiles` for a run on backend `llm_spec` (their backends left unset: the env's own);
@@ -238,8 +249,9 @@ class HAPPOConfig:
     # agent, the joint ratio of both actors)
     algorithm: Literal["happo", "mappo", "ppo"] = "happo"
     # joint = one ratio for the behavior's whole action (all agents x 2 dims, as HARL's product); per_dim = a
-    # clipped ratio per agent and dimension, so one clip does not cap every dimension's step at once
-    behavior_ratio: Literal["joint", "per_dim"] = "joint"
+    # clipped ratio per agent and dimension, so one clip does not cap every dimension's step at once (temperature's
+    # strong signal no longer stops top-p's weak one: the learning suite, docs/learning-suite.md)
+    behavior_ratio: Literal["joint", "per_dim"] = "per_dim"
     # Upper bound on the behavior Gaussian's log-std, kept by projection after every behavior step (None = no
     # bound). Without it the entropy bonus can widen a dimension with a weak signal until most samples sit at
     # the range ends, where the mean's gradient is lost (SAC bounds the log-std for the same reason).
@@ -306,6 +318,9 @@ class TrainConfig:
         need(self.happo.clip_coef > 0, "happo.clip_coef", "must be > 0")
         self.llm.backend_spec()  # openai without url
         self.env.profiles(self.llm.backend_spec())
+        for key in ("shuffle_profiles", "profile_feature"):
+            need(not getattr(self.env, key) or self.env.agent_profiles is not None, f"env.{key}",
+                 "needs env.agent_profiles (a pool whose agents differ)")
 
 
 def _is_torch_device(name: str) -> bool:
@@ -501,8 +516,10 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "policy.stop_mode": "learned", "policy.stop_agree": 1.0,
     "rollout.group_size": 1,
     "env.agent_profiles": None,  # every run before agent profiles had the paper's agents
+    "env.shuffle_profiles": False, "env.profile_feature": False,
     "happo.anneal_lr": False,
     "happo.log_std_max": None,
+    "happo.behavior_ratio": "joint",
 }
 
 

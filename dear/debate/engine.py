@@ -197,12 +197,19 @@ class Debate:
     # Each agent's certainty 1 - u_i per completed round (round -> V values), filled by whoever computes beliefs
     # (the regulator's observation, a Weigher); the belief-weighted vote reads it.
     certainty: dict[int, list[float]] = field(default_factory=dict)
+    # Agent i runs the pool's profile pool_order[i] (DebateConfig.agent_profiles, its backend and token limit);
+    # None = profile i. A shuffled order per debate lets a policy meet every profile in every seat.
+    pool_order: tuple[int, ...] | None = None
     # Groups the debate's answer keys by the grader's equivalence: every recorded key is its class's
     # representative, so `5/4` and `1.25` vote together everywhere downstream.
     classes: AnswerClasses = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.classes = AnswerClasses(self.question.kind)
+
+    def pool_index(self, agent: int) -> int:
+        """The pool position whose profile agent `agent` runs (`pool_order`; the agent itself without one)."""
+        return self.pool_order[agent] if self.pool_order is not None and agent < len(self.pool_order) else agent
 
     @property
     def n_samples(self) -> int:
@@ -365,6 +372,16 @@ class DebateEngine:
     def model_ids(self) -> list[str]:
         return [self.backends[k].model_id for k in self.agent_keys]
 
+    def _profile(self, d: Debate, agent: int) -> AgentProfile:
+        """Agent `agent`'s profile in debate `d` (its pool position's)."""
+        return self.config.profile(d.pool_index(agent))
+
+    def _backend_key(self, d: Debate, agent: int) -> str:
+        return self.agent_keys[d.pool_index(agent)]
+
+    def _max_tokens(self, d: Debate, agent: int) -> int:
+        return self.config.agent_max_tokens(d.pool_index(agent))
+
     # ------------------------------------------------------------ public API
     def create(
         self,
@@ -373,9 +390,11 @@ class DebateEngine:
         n_rounds: int | None = None,
         protocol: str = "",
         decision: str | None = None,
+        pool_orders: Sequence[Sequence[int] | None] | None = None,
     ) -> list[Debate]:
         """The debates `start` would run, before round 0 (for `advance`, which batches them with others).
-        `decision` (DECISIONS) overrides the config's for these debates (a protocol's own rule)."""
+        `decision` (DECISIONS) overrides the config's for these debates (a protocol's own rule). `pool_orders`
+        (one per question, each a permutation of the agents or None) seats the profiles in another order."""
         cfg = self.config
         decision = cfg.decision if decision is None else decision
         if decision not in DECISIONS:
@@ -388,18 +407,32 @@ class DebateEngine:
         if len(debate_seeds) != len(questions):
             raise ValueError(f"debate_seeds has {len(debate_seeds)} entries for {len(questions)} questions")
         n_rounds = cfg.n_rounds if n_rounds is None else n_rounds
+        orders = [self._pool_order(o) for o in pool_orders] if pool_orders is not None else [None] * len(questions)
+        if len(orders) != len(questions):
+            raise ValueError(f"pool_orders has {len(orders)} entries for {len(questions)} questions")
         debates = []
-        for q, s in zip(questions, debate_seeds):
+        for q, s, order in zip(questions, debate_seeds, orders):
             debate_id = debate_id_of(q, s)
+            model_ids = self.model_ids if order is None else [self.model_ids[k] for k in order]
             trace = DebateTrace(
                 debate_id=debate_id, question_id=q.id, task=q.task, question=q.question, gold=q.gold,
-                kind=q.kind, model_ids=self.model_ids, seed=int(s), protocol=protocol,
+                kind=q.kind, model_ids=model_ids, seed=int(s), protocol=protocol,
+                pool_order=None if order is None else list(order),
             )
             debates.append(
                 Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace, decision=decision,
-                       vote_seed=vote_seed_of(cfg.seed, s))
+                       vote_seed=vote_seed_of(cfg.seed, s), pool_order=order)
             )
         return debates
+
+    def _pool_order(self, order: Sequence[int] | None) -> tuple[int, ...] | None:
+        """A debate's seating: None, or a permutation of range(n_agents) (ValueError otherwise)."""
+        if order is None:
+            return None
+        order = tuple(int(k) for k in order)
+        if sorted(order) != list(range(self.config.n_agents)):
+            raise ValueError(f"pool order {list(order)} is not a permutation of the {self.config.n_agents} agents")
+        return order
 
     def start(
         self,
@@ -408,9 +441,11 @@ class DebateEngine:
         n_rounds: int | None = None,
         protocol: str = "",
         decision: str | None = None,
+        pool_orders: Sequence[Sequence[int] | None] | None = None,
     ) -> list[Debate]:
-        """Create the debates and run round 0 for all of them (one generate call per backend)."""
-        debates = self.create(questions, debate_seeds, n_rounds, protocol, decision)
+        """Create the debates and run round 0 for all of them (one generate call per backend); `create` says what
+        `decision` and `pool_orders` do."""
+        debates = self.create(questions, debate_seeds, n_rounds, protocol, decision, pool_orders)
         self.advance(debates, [], [])
         return debates
 
@@ -591,11 +626,11 @@ class DebateEngine:
         by_style: dict[str, list[ChatMessage]] = {}
         out = []
         for i in agents:
-            style = cfg.profile(i).style
+            style = self._profile(d, i).style
             if style not in by_style:
                 by_style[style] = prompts.round0_messages(d.question, cfg.system_prompt, style)
             out.append(self._request(d, i, 0, by_style[style], cfg.temperature0, cfg.top_p0, [], 0,
-                                     cfg.agent_max_tokens(i)))
+                                     self._max_tokens(d, i)))
         return out
 
     def _request(self, d: Debate, agent: int, round_: int, messages: list[ChatMessage], temperature: float,
@@ -620,9 +655,9 @@ class DebateEngine:
                 "agent": agent, "round": round_, "own_answer": own_answer,
                 "peer_answers": list(peer_answers or []), "peers": list(peers),
                 "question_text": d.question.question, "attempt": attempt, "fresh": sample is not None,
-                # only with profiles, so that the paper's requests stay as they were
-                **({"profile": self.config.profile(agent).name, "style": self.config.profile(agent).style}
-                   if self.config.agent_profiles is not None else {}),
+                # only with profiles, so that the paper's requests stay as they were; pool_index = whose profile
+                **({"profile": self._profile(d, agent).name, "style": self._profile(d, agent).style,
+                    "pool_index": d.pool_index(agent)} if self.config.agent_profiles is not None else {}),
             },
         )
         return _Pending(debate=d, agent=agent, request=req, peers=list(peers), truncated_peers=truncated,
@@ -643,15 +678,15 @@ class DebateEngine:
                 out.append(self._silent(d, i, r, ctl))
                 continue
             if kind == "fresh":
-                messages = prompts.round0_messages(d.question, cfg.system_prompt, cfg.profile(i).style)
+                messages = prompts.round0_messages(d.question, cfg.system_prompt, self._profile(d, i).style)
                 out.append(self._request(d, i, r, messages, ctl.temperature[i], ctl.top_p[i], [], 0,
-                                         cfg.agent_max_tokens(i), attempt=attempt, sample=next_sample))
+                                         self._max_tokens(d, i), attempt=attempt, sample=next_sample))
                 next_sample += 1
                 continue
             guidance = ctl.guidance[i] if ctl.guidance is not None else None
             build = self._prompt_builder(d, i, peers, guidance)
             messages, truncated, max_tokens = self._fit_context(
-                d, i, build, self.backends[self.agent_keys[i]]
+                d, i, build, self.backends[self._backend_key(d, i)]
             )
             out.append(self._request(
                 d, i, r, messages, ctl.temperature[i], ctl.top_p[i], peers, truncated, max_tokens,
@@ -673,7 +708,7 @@ class DebateEngine:
     def _prompt_builder(self, d: Debate, agent: int, peers: list[int], guidance: str | None = None) -> _PromptBuilder:
         """The exchange prompt of `agent` in the debate's next round, in the configured layout."""
         cfg = self.config
-        style = cfg.profile(agent).style
+        style = self._profile(d, agent).style
         shown = [[_shown(t) for t in turns] for turns in d.trace.rounds]
         if cfg.layout == "single":
             own, peer_answers = _shown(d.trace.rounds[-1][agent], to_peer=False), [shown[-1][j] for j in peers]
@@ -712,7 +747,7 @@ class DebateEngine:
         """Build the exchange prompt; on overflow cut peers' reasoning (oldest first), then the own reasoning,
         then shrink max_tokens (the agent's own limit, DebateConfig.agent_max_tokens). Never raises: a prompt that
         still does not fit goes out and the backend decides."""
-        limit = self.config.agent_max_tokens(agent)
+        limit = self._max_tokens(d, agent)
         build = prompt.build
         messages = build(0, False)
         ctx = backend.context_length
@@ -750,7 +785,7 @@ class DebateEngine:
         """One generate call per distinct backend (concurrently when there are several)."""
         groups: dict[str, list[int]] = {}
         for idx, p in enumerate(pending):
-            groups.setdefault(self.agent_keys[p.agent], []).append(idx)
+            groups.setdefault(self._backend_key(p.debate, p.agent), []).append(idx)
 
         def call(key: str) -> tuple[str, list[Completion], float]:
             reqs = [pending[i].request for i in groups[key]]
@@ -818,7 +853,7 @@ class DebateEngine:
                        fresh_completion_tokens=0 if c.cached else c.completion_tokens)
         text = c.text or ""
         parsed = prompts.parse_sections(text)
-        profile = self.config.profile(p.agent)
+        profile = self._profile(p.debate, p.agent)
         # A completion cut at the token limit answers only where it marked an answer (prompts.extract).
         answer = prompts.extract(text, q, truncated=c.finish_reason == "length", style=profile.style) \
             if c.error is None else None
@@ -838,7 +873,7 @@ class DebateEngine:
             reused_prompt_tokens=int(c.reused_prompt_tokens),
             finish_reason=c.finish_reason, latency_s=float(c.latency_s), error=c.error,
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
-            model_id=self.backends[self.agent_keys[p.agent]].model_id, max_tokens=req.max_tokens,
+            model_id=self.backends[self._backend_key(p.debate, p.agent)].model_id, max_tokens=req.max_tokens,
             guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
             silent=p.silent, fresh=p.fresh,
             **({"profile": profile.name, "style": profile.style} if self.config.agent_profiles is not None else {}),

@@ -153,6 +153,14 @@ def backend_specs(profiles: Sequence[AgentProfile]) -> list[str]:
     return list(dict.fromkeys(p.backend for p in profiles if p.backend))
 
 
+def without_backend(name: str) -> str:
+    """A compact profile name with its backend left out (`local:direct:64` -> `direct:64`): how a policy trained on
+    one backend's profiles recognises them when a run names their backend."""
+    parts = name.split(":")
+    style_at = len(parts) - 2 if len(parts) > 1 and parts[-1].isascii() and parts[-1].isdigit() else len(parts) - 1
+    return ":".join(parts[style_at:])
+
+
 def names(profiles: Sequence[AgentProfile] | None) -> list[str] | None:
     """The compact names (stored settings, reports); None without profiles."""
     return None if profiles is None else [p.name for p in profiles]

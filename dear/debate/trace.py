@@ -124,6 +124,9 @@ class DebateTrace:
     # Expected correctness of the final vote over its tied leaders (dear.vote): the primary accuracy. None only
     # in traces written before it was recorded (`final_expected` then recomputes it from the last round).
     final_score: float | None = None
+    # Which pool profile each agent ran (agent i = `DebateConfig.agent_profiles[pool_order[i]]`), when the pool's
+    # order was shuffled for this debate; None = agent i ran profile i (and the key is not written).
+    pool_order: list[int] | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -208,9 +211,11 @@ class DebateTrace:
 
     # ---- serialisation ----
     def to_dict(self) -> dict[str, Any]:
-        """Plain data; a turn without a profile has no profile keys (a debate without profiles is written as before
-        profiles existed, byte for byte)."""
+        """Plain data; a turn without a profile has no profile keys and a debate in pool order no `pool_order` (a
+        debate without profiles is written as before profiles existed, byte for byte)."""
         d = asdict(self)
+        if d["pool_order"] is None:
+            del d["pool_order"]
         for key in ("rounds", "discarded_rounds"):
             for turns in d[key]:
                 for turn in turns:

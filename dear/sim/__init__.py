@@ -12,7 +12,8 @@ header on the first line of a ``synthetic`` task question (see ``dear/tasks/synt
 
     [synthetic id=train-000017 difficulty=0.42 answer=731 distractors=118,402,655]
 
-Notation: agent a has skill s_a (``skills[a % len(skills)]``, logits); the question has difficulty δ ∈ (0, 1)
+Notation: agent a has skill s_a (``skills[a % len(skills)]``, logits; a is the agent's pool position,
+``metadata["pool_index"]``, when a debate seats its profiles in a shuffled order); the question has difficulty δ ∈ (0, 1)
 from the header and difficulty logit d = c + k·logit(δ) (c = ``difficulty_center``, k = ``difficulty_scale``;
 δ is uniform in the synthetic task, so d is logistic-distributed across questions). σ is the logistic
 function. The sampling "excess" of a request with temperature T and top-p P is

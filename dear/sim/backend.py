@@ -186,7 +186,9 @@ class SimBackend(Backend):
     def _decide(self, req: ChatRequest, rng, h: SyntheticHeader) -> tuple[TurnDecision, int, float]:
         p = self.params
         meta = req.metadata or {}
-        agent = _agent_index(meta.get("agent", 0))
+        # Who answers is the pool position (metadata "pool_index" when profiles are seated in a shuffled order), so
+        # an agent's skill and texts follow its profile from seat to seat.
+        agent = _agent_index(meta.get("pool_index", meta.get("agent", 0)))
         rnd = int(meta.get("round", 0) or 0)
         skill = p.skill(agent)
         d = float(difficulty_logit(p, h.difficulty))

@@ -14,7 +14,8 @@ SUITES = [
     ("learning-suite", ["--seeds", "1,2,3", "run.iterations=100"], ["fitted"]),
     # measured before the learning rates were annealed by default
     ("learning-suite-extended", ["--seeds", "1", "run.iterations=100", "env.actions=extended",
-                                 "env.decision=all-answers", "happo.anneal_lr=false"], ["fitted", "stylised"]),
+                                 "env.decision=all-answers", "happo.anneal_lr=false", "happo.obs_norm=true",
+                                 "happo.behavior_ratio=joint"], ["fitted", "stylised"]),
 ]
 
 

@@ -16,6 +16,10 @@ V = 3
 
 
 def _learner(**happo):
+    # The hand-made batch perturbs the stored log-probs so that ratios start away from 1; only the joint behavior
+    # ratio reads them (per_dim re-evaluates its old log-probs before its update), so these tests use the joint
+    # one unless they ask otherwise (per_dim has its own tests below).
+    happo.setdefault("behavior_ratio", "joint")
     torch.manual_seed(0)
     policy = JointPolicy(PolicyConfig(n_agents=V))
     critic = Critic(state_dim(V), 32)
