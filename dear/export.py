@@ -48,6 +48,7 @@ from dear.policy import (
     JointPolicy,
     PolicyConfig,
     behavior_obs_dim,
+    observes_decision,
     pair_order,
     selection_obs_dim,
 )
@@ -143,12 +144,13 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
         "fusion": cfg.fusion,
         "policy_config": {k: list(x) if isinstance(x, tuple) else x for k, x in cfg.to_dict().items()},
         "observation": {
-            "selection": {"dim": selection_obs_dim(v, cfg.actions, cfg.n_profiles),
+            "selection": {"dim": selection_obs_dim(v, cfg.actions, cfg.n_profiles, cfg.decision_features),
                           "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]" + (
                               "; then per agent i its profile's one-hot over policy_config.profiles"
                               if cfg.n_profiles else "") + (
                               "; then [round / R, leader's votes / V, (leader - runner-up votes) / V] over the "
-                              "answers the final vote counts" if cfg.actions == "extended" else "")},
+                              "answers the final vote counts" if observes_decision(cfg.actions, cfg.decision_features)
+                              else "")},
             "behavior": {"dim": behavior_obs_dim(v, cfg.n_profiles),
                          "layout": "per agent: [E_hat_i (V), u_hat_i, conflict_i, one_hot(i) (V)] after fusing "
                                    "agent i's opinion with the peers it reads; conflict_i = 0 under fusion 'mean'" + (

@@ -18,6 +18,9 @@ Conventions (also used by the environment and the export manifest):
   the paper's V(2V+1) features, and each agent's behavior observation gets its own one-hot (P) at its end
   (`profile_onehot`). With a fixed pool order one_hot(i) already tells agents apart; the feature matters when
   the order varies (shuffled per debate in training, or another order at inference).
+- Decision features (3, last in the selection input; the extended actions always, the paper's with
+  `PolicyConfig.decision_features`): ``[round / R, leader's votes / V, (leader - runner-up votes) / V]`` over the
+  answers the final vote counts (dear.regulator.decision_features).
 - Behavior action: raw pre-sigmoid ``z (V, 2)`` = (temperature, top-p) per agent; flattened agent-major to
   ``2V`` values ``[z_0T, z_0P, z_1T, z_1P, ...]`` in the environment's action. `to_sampling` maps it.
 - One joint action per RL agent, so ONE probability ratio each: the selection log-prob is the SUM of the
@@ -77,11 +80,18 @@ def n_pairs(n_agents: int) -> int:
     return n_agents * (n_agents - 1)
 
 
-def selection_obs_dim(n_agents: int, actions: ActionSet = "paper", n_profiles: int = 0) -> int:
-    """The paper's V(2V+1) features, then (profile feature) V x P profile one-hots, then (extended actions) the
-    decision features (stop needs them)."""
-    return n_agents * (2 * n_agents + 1) + n_agents * n_profiles + (N_DECISION_FEATURES if actions == "extended"
-                                                                      else 0)
+def observes_decision(actions: ActionSet = "paper", decision_features: bool = False) -> bool:
+    """Whether the selection input ends with the decision features: always with the extended actions (their stop
+    needs them), with the paper's actions only when asked (`PolicyConfig.decision_features`)."""
+    return actions == "extended" or bool(decision_features)
+
+
+def selection_obs_dim(n_agents: int, actions: ActionSet = "paper", n_profiles: int = 0,
+                      decision_features: bool = False) -> int:
+    """The paper's V(2V+1) features, then (profile feature) V x P profile one-hots, then (`observes_decision`)
+    the decision features."""
+    decision = N_DECISION_FEATURES if observes_decision(actions, decision_features) else 0
+    return n_agents * (2 * n_agents + 1) + n_agents * n_profiles + decision
 
 
 def selection_head_dim(n_agents: int, actions: ActionSet = "paper") -> int:
@@ -289,11 +299,11 @@ class SelectionPolicy(nn.Module):
     """
 
     def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0, actions: ActionSet = "paper",
-                 n_profiles: int = 0):
+                 n_profiles: int = 0, decision_features: bool = False):
         super().__init__()
         self.n_agents = n_agents
         self.actions = actions
-        self.obs_dim = selection_obs_dim(n_agents, actions, n_profiles)
+        self.obs_dim = selection_obs_dim(n_agents, actions, n_profiles, decision_features)
         self.n_pairs = n_pairs(n_agents)
         self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, selection_head_dim(n_agents, actions), out_std=0.01)
@@ -462,6 +472,9 @@ class PolicyConfig:
     random_stop: float = 0.0
     # The profile feature's vocabulary (agent-profile names, `AgentProfile.name`); None = the paper's observations
     profiles: tuple[str, ...] | None = None
+    # The paper's actions also observe the decision features (round / R and how decided the vote is); the extended
+    # actions always do
+    decision_features: bool = False
 
     def __post_init__(self):
         if self.selection_mode not in ("learned", "full", "random"):
@@ -576,7 +589,7 @@ class JointPolicy(nn.Module):
         self.config = config
         self.n_agents = config.n_agents
         self.selection = SelectionPolicy(config.n_agents, config.selection_hidden, config.selection_bias_init,
-                                         config.actions, config.n_profiles)
+                                         config.actions, config.n_profiles, config.decision_features)
         self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init,
                                        config.n_profiles)
         self._fixed_raw = from_sampling(

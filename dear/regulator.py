@@ -28,7 +28,7 @@ from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.debate.trace import AgentTurn
 from dear.evidence import Encoder, answer_aware_evidence, pairwise_evidence
 from dear.debate.profiles import without_backend
-from dear.policy import JointPolicy, profile_onehot, selection_observation
+from dear.policy import JointPolicy, observes_decision, profile_onehot, selection_observation
 from dear.vote import tally
 
 _EMPTY_TEXT = "(empty)"  # stands in for a blank section so the encoder always gets text
@@ -56,12 +56,12 @@ class BeliefObservation:
     def batch_size(self) -> int:
         return int(self.b.shape[0])
 
-    def selection_input(self, actions: str = "paper") -> torch.Tensor:
+    def selection_input(self, actions: str = "paper", decision_features: bool = False) -> torch.Tensor:
         """The selection policy's input: the paper's observation, then the profile one-hots if observed (the
-        profile feature), then with the extended action set the decision features, which its stop needs (how
-        decided the vote would be if the debate stopped now)."""
+        profile feature), then (`dear.policy.observes_decision`: the extended action set, whose stop needs them,
+        or when asked) the decision features (the round, and how decided the vote would be if it stopped now)."""
         parts = [self.selection_obs] + ([self.profiles] if self.profiles is not None else [])
-        if actions == "extended":
+        if observes_decision(actions, decision_features):
             if self.decision is None:
                 raise ValueError("selection_input: this observation has no decision features")
             parts.append(self.decision)
@@ -267,7 +267,8 @@ class RegulatedProtocol:
 
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
         obs = observe(debates, self.encoder, self.answer_aware, self.policy.config.profiles)
-        act = self.policy.act(obs.selection_input(self.policy.config.actions), obs.b, obs.u,
+        pc = self.policy.config
+        act = self.policy.act(obs.selection_input(pc.actions, pc.decision_features), obs.b, obs.u,
                               deterministic=self.deterministic)
         for k, d in enumerate(debates):
             self.records.setdefault(d.debate_id, []).append(

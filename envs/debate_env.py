@@ -102,6 +102,9 @@ class DebateEnvConfig:
     # Observe each agent's profile (one-hot over `profile_vocabulary`) beside the paper's features
     # (dear.policy module docstring); False = the paper's observations.
     profile_feature: bool = False
+    # The paper's actions also observe the decision features (dear.policy: round / R, the vote's margin); the
+    # extended actions always do
+    decision_features: bool = False
 
     def __post_init__(self):
         if self.n_agents < 2:
@@ -265,8 +268,8 @@ class DebateCore:
         self.state_dim = state_dim(v)
         self.observation_space = spaces.Dict(
             {
-                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v, cfg.actions, len(cfg.profile_vocabulary or ())),),
-                                        np.float32),
+                "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v, cfg.actions, len(cfg.profile_vocabulary or ()),
+                                                                       cfg.decision_features),), np.float32),
                 "belief": spaces.Box(0.0, 1.0, (v, v), np.float32),
                 "uncertainty": spaces.Box(0.0, 1.0, (v,), np.float32),
                 "state": spaces.Box(0.0, 1.0, (self.state_dim,), np.float32),
@@ -374,7 +377,7 @@ class DebateCore:
         """Per-debate observation dicts (float32, clipped into the [0, 1] boxes against rounding)."""
         bo = observe(debates, self.encoder, self.config.answer_aware, self.config.profile_vocabulary)
         arrays = {
-            "selection": bo.selection_input(self.config.actions).numpy(),
+            "selection": bo.selection_input(self.config.actions, self.config.decision_features).numpy(),
             "belief": bo.b.numpy(),
             "uncertainty": bo.u.numpy(),
             "state": bo.state.numpy(),
@@ -484,6 +487,7 @@ class DebateEnv(gym.Env):
         agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
         shuffle_profiles: bool = False,
         profile_feature: bool = False,
+        decision_features: bool = False,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,

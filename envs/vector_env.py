@@ -83,6 +83,7 @@ class DebateVectorEnv(VectorEnv):
         agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
         shuffle_profiles: bool = False,
         profile_feature: bool = False,
+        decision_features: bool = False,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,

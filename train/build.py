@@ -28,7 +28,7 @@ def policy_config(cfg: TrainConfig) -> PolicyConfig:
         fixed_temperature=p.fixed_temperature, fixed_top_p=p.fixed_top_p, seed=cfg.run.seed,
         behavior_map=p.behavior_map, selection_bias_init=p.selection_bias_init, actions=cfg.env.actions,
         kinds_mode=p.kinds_mode, stop_mode=p.stop_mode, stop_agree=p.stop_agree,
-        profiles=cfg.env.profile_vocabulary(),
+        profiles=cfg.env.profile_vocabulary(), decision_features=cfg.env.decision_features,
     )
 
 
@@ -90,6 +90,7 @@ def make_vector_env(cfg: TrainConfig, backend: Backend):
         shaping_coef=e.shaping_coef, shaping_gamma=cfg.happo.gamma, behavior_map=cfg.policy.behavior_map,
         actions=e.actions, decision=e.decision, agent_profiles=e.profiles(cfg.llm.backend_spec()),
         shuffle_profiles=e.shuffle_profiles, profile_feature=e.profile_feature,
+        decision_features=e.decision_features,
     )
     kwargs.update(e.options)
     from envs.vector_env import DebateVectorEnv

@@ -153,6 +153,8 @@ class EnvSection:
     shuffle_profiles: bool = False
     # Observe each agent's profile (one-hot, dear/policy.py); off = the paper's observations
     profile_feature: bool = False
+    # The paper's actions also observe the decision features (round / R, the vote's margin; dear/policy.py)
+    decision_features: bool = False
 
     def profile_vocabulary(self) -> tuple[str, ...] | None:
         """The profile feature's one-hot order (the pool's distinct names, in pool order); None without it."""
@@ -516,7 +518,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "policy.stop_mode": "learned", "policy.stop_agree": 1.0,
     "rollout.group_size": 1,
     "env.agent_profiles": None,  # every run before agent profiles had the paper's agents
-    "env.shuffle_profiles": False, "env.profile_feature": False,
+    "env.shuffle_profiles": False, "env.profile_feature": False, "env.decision_features": False,
     "happo.anneal_lr": False,
     "happo.log_std_max": None,
     "happo.behavior_ratio": "joint",

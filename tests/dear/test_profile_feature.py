@@ -157,3 +157,17 @@ def test_the_debater_refuses_a_pool_the_policy_does_not_know_before_loading_a_mo
     with pytest.raises(ValueError, match="'direct:64' is not one the policy knows"):
         main(["--policy", str(exported), "--llm", "local", "--question", "1+1?", "--agent-profiles",
               "cot,cot,direct:64"])
+
+
+def test_the_paper_actions_may_observe_the_decision_features():
+    """`env.decision_features`: round / R and the vote's margin after the paper's features (an ablation of the
+    learning suite; the extended actions always observe them)."""
+    env = DebateEnv(llm="sim", n_agents=3, n_rounds=2, decision_features=True)
+    obs, _ = env.reset(seed=0)
+    assert obs["selection"].shape == (selection_obs_dim(3, "paper", 0, True),) == (selection_obs_dim(3) + 3,)
+    assert obs["selection"][-3] == 0.0  # round 0 of 2
+    policy = JointPolicy(PolicyConfig(n_agents=3, decision_features=True))
+    act = policy.act(torch.tensor(obs["selection"])[None], torch.tensor(obs["belief"])[None],
+                     torch.tensor(obs["uncertainty"])[None])
+    obs, *_ = env.step({"mask": act.pairs[0].int().numpy(), "behavior": act.raw_behavior[0].reshape(-1).numpy()})
+    assert obs["selection"][-3] == 0.5  # round 1 of 2
