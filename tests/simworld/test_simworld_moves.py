@@ -73,14 +73,15 @@ def test_the_fitted_world_is_an_input_copied_from_the_fits_outputs():
 
 def test_settings_saved_before_the_move_name_the_same_world():
     """A learning check made with the old paths (the suite of 2026-12-04, archived) has today's resolved config —
-    but for the group size and the annealed learning rates, which it ran without — once its moved file paths are
-    read as their new ones."""
+    but for the group size, the annealed learning rates, the joint behavior ratio and the standardised inputs, which
+    it ran with their earlier values — once its moved file paths are read as their new ones."""
     from dear.deprecation import with_moved_files
     from train.config import load_config, with_settings_before_the_key
 
     saved = json.loads((ROOT / "results/archive/learning-suite-group1/fitted/settings.json").read_text())
     now = json.loads(json.dumps(load_config("sim", [*saved["overrides"], "rollout.group_size=1",
-                                                    "happo.anneal_lr=false", "logging.progress=false"]).to_dict(),
+                                                    "happo.anneal_lr=false", "happo.behavior_ratio=joint",
+                                                    "happo.obs_norm=true", "logging.progress=false"]).to_dict(),
                                 default=str))
     assert saved["resolved_config"] != now  # the stored paths are the old ones
     assert with_settings_before_the_key(with_moved_files(saved["resolved_config"])) == now
