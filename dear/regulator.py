@@ -27,7 +27,7 @@ from dear.belief import opinions
 from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.debate.trace import AgentTurn
 from dear.evidence import Encoder, answer_aware_evidence, pairwise_evidence
-from dear.debate.profiles import without_backend
+from dear.debate.profiles import in_vocabulary
 from dear.policy import JointPolicy, observes_decision, profile_onehot, selection_observation
 from dear.vote import tally
 
@@ -111,7 +111,7 @@ def profile_features(debates: Sequence[Debate], vocabulary: Sequence[str]) -> to
         if any(name is None for name in seats):
             raise ValueError(f"debate {d.debate_id}: the policy's profile feature needs agent profiles "
                              f"(its vocabulary: {list(vocabulary)}); this debate's agents have none")
-        names.append([n if n in vocabulary else without_backend(n) for n in seats])
+        names.append([in_vocabulary(n, vocabulary) for n in seats])
     return profile_onehot(names, vocabulary)
 
 
@@ -255,7 +255,7 @@ class RegulatedProtocol:
             if pool is None:
                 raise ValueError(f"RegulatedProtocol: the policy observes agent profiles (trained with "
                                  f"{list(vocabulary)}); give the debate agent profiles")
-            names = [p.name if p.name in vocabulary else without_backend(p.name) for p in pool]
+            names = [in_vocabulary(p.name, vocabulary) for p in pool]
             unknown = [n for n in names if n not in vocabulary]
             if unknown:
                 raise ValueError(f"RegulatedProtocol: agent profile {unknown[0]!r} is not one the policy knows (its "

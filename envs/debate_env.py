@@ -46,7 +46,7 @@ from gymnasium import spaces
 
 from dear import tasks
 from dear.debate.engine import DECISIONS, Debate, DebateConfig, DebateEngine, RoundControl, sampling_range_errors
-from dear.debate.profiles import AgentProfile, as_profiles
+from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
 from dear.deprecation import renamed_keyword
@@ -149,7 +149,7 @@ class DebateEnvConfig:
         """The profile feature's one-hot order: the pool's distinct profile names in pool order (None without it)."""
         if not self.profile_feature:
             return None
-        return tuple(dict.fromkeys(p.name for p in self.agent_profiles))
+        return feature_vocabulary(self.agent_profiles)
 
 
     @classmethod

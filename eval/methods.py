@@ -74,6 +74,10 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("mad-stop", "MAD stop-when-unanimous", "debate",
                    "MAD that ends as soon as all agents give the same answer (after round 0 or any later round)",
                    protocol="mad", stop_when_unanimous=True),
+        MethodSpec("read-strongest", "Everyone reads the strongest", "debate",
+                   "a mixed pool's hand rule: every agent reads the other agents of the first agent's profile "
+                   "(list the strongest first) and nobody else, MAD's sampling; one profile = MAD",
+                   protocol="read-strongest"),
         MethodSpec("dear", "DEAR", "dear", "learned selection + learned behavior, DST fusion"),
         MethodSpec("dear-no-selection", "DEAR w/o selection", "dear", "full mask + learned behavior",
                    selection_mode="full", ablates="dear"),
@@ -87,7 +91,8 @@ METHODS: dict[str, MethodSpec] = {
                    "per-round frequencies)", selection_mode="random", ablates="dear"),
     )
 }
-DEFAULT_METHODS = tuple(METHODS)
+# `all`: every method but the mixed-pool hand rule, which is MAD on a pool of one profile (ask for it by name)
+DEFAULT_METHODS = tuple(n for n in METHODS if n != "read-strongest")
 
 
 def round0_width(methods: Sequence[str], n_agents: int, sc_samples: int) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 from dear.debate.trace import DebateTrace
 from dear.metrics import TRANSITIONS, ScoredDebate, MethodSummary, Ratio, paired_bootstrap_diff, summarize
 from eval.methods import METHODS
+from eval.profile_transitions import NOBODY, ProfileStep, profile_steps
 
 REGRADE_RECORD = "regrade.json"  # written by eval.regrade beside the traces it re-graded
 TIE_RULE = ("Ties count as expected values: a k-way tie whose leaders include the correct answer scores 1/k, so "
@@ -80,6 +81,7 @@ class MethodResult:
     # Per-question final score, ties as expected values (fractional where tied): for paired comparisons.
     correct_by_question: dict[str, float] = field(default_factory=dict)
     agents: list[AgentRow] = field(default_factory=list)  # per agent (reported for mixed pools)
+    steps: list[ProfileStep] = field(default_factory=list)  # steps by profile and profiles read (mixed pools)
 
 
 def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTrace], seed: int = 0,
@@ -88,6 +90,7 @@ def evaluate(benchmark: str, method: str, label: str, traces: Sequence[DebateTra
     return MethodResult(
         benchmark=benchmark, method=method, label=label, summary=summarize(records, seed=seed, n_boot=n_boot),
         correct_by_question={r.question_id: r.score for r in records}, agents=agent_rows(traces),
+        steps=profile_steps(traces),
     )
 
 
@@ -342,8 +345,21 @@ def _agent_section(results: Sequence[MethodResult]) -> list[str]:
               "round 0 and in the last round its debate ran (no answer counts as wrong)."), ""]
     rows = [[r.benchmark, r.label, str(a.agent), f"`{a.profile}`", str(a.n), f"{a.tokens:,.0f}",
              _pct(a.round0_accuracy), _pct(a.final_accuracy)] for r in results for a in r.agents]
-    return lines + _table(["Benchmark", "Method", "Agent", "Profile", "n", "tokens/q", "round-0 acc %",
-                           "last-round acc %"], rows) + [""]
+    lines += _table(["Benchmark", "Method", "Agent", "Profile", "n", "tokens/q", "round-0 acc %",
+                     "last-round acc %"], rows) + [""]
+    stepped = [r for r in results if r.steps]
+    if not stepped:
+        return lines
+    lines += ["Who moved to whose answer (eval/profile_transitions.py): every agent's step from one round to the next, "
+              "by its profile and the profiles it read; C→I among steps from a correct answer, I→C among steps from "
+              "a wrong one; adopted = moved to an answer a peer it read gave, by that peer's profile (correct ones "
+              "in brackets).", ""]
+    rows = [[r.benchmark, r.label, f"`{s.profile}`", s.read if s.read == NOBODY else f"`{s.read}`", str(s.n),
+             _ratio(Ratio(s.correct_to_incorrect, s.was_correct)), _ratio(Ratio(s.incorrect_to_correct, s.was_incorrect)),
+             str(s.moved), "; ".join(f"`{q}` {k} ({c})" for q, (k, c) in sorted(s.adopted.items())) or "–"]
+            for r in stepped for s in r.steps]
+    return lines + _table(["Benchmark", "Method", "Agent's profile", "Read", "steps", "C→I % (k/n)", "I→C % (k/n)",
+                           "moved", "adopted from"], rows) + [""]
 
 
 def _paired_diffs(by: dict[tuple[str, str], MethodResult], benchmarks: Sequence[str], method: str, baseline: str,

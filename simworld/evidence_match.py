@@ -9,8 +9,8 @@ completions that gave them. With `SimBackend(text_bank=...)` the sim keeps its d
 writes a real completion of the matching answer class (dear/sim/, "Real texts"), whose sentences are
 dropped (probability 1 − keep) or swapped for a sentence of the question's other texts (probability mix): a
 corpus with a few texts per answer class would otherwise show two agreeing agents the identical text. keep and
-mix are fitted by grid search on the training questions' pairs (KS agree + KS differ) and validated on the
-held-out ones; the fitted world is written to `sim_params_synthetic_texts.json`. Why not model e_ij
+mix are fitted by grid search on the training questions' pairs (KS agree + KS differ; in a mixed pool per pair
+type, `recombination_score`) and validated on the held-out ones; the fitted world is written to `sim_params_synthetic_texts.json`. Why not model e_ij
 directly: e_ij is computed by the evaluation's encoder from texts (reasoning and conclusion separately), so
 real texts give the right e_ij under any encoder (MiniLM, BGE-M3, hashing) and keep the joint structure of the
 V×V matrix and of h, c, with no per-encoder distribution to fit; modelling e_ij would tie the simulator to one
@@ -41,13 +41,14 @@ from scipy.stats import ks_2samp
 
 from dear.cli import command_line
 from dear.cli import run as run_cli
-from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.engine import DebateEngine
 from dear.debate.protocols import MADProtocol
 from dear.evidence import Encoder, make_encoder, pairwise_evidence
-from dear.sim.backend import SimBackend
+from dear.sim.backend import ANSWER_ONLY_STYLES, SimBackend
 from dear.sim.params import SimParams
 from dear.tasks.synthetic import load_synthetic
 from simworld.fit import Corpus, load_corpus, split_by_question
+from simworld.validation import sim_debate_config
 
 log = logging.getLogger("simworld.evidence_match")
 PROG = "python -m simworld.evidence_match"
@@ -59,13 +60,15 @@ MIX_GRID = (0.0, 0.1, 0.2, 0.3, 0.4)
 
 def build_text_bank(traces: Sequence[dict]) -> dict[str, Any]:
     """Per question: answer classes (correct first, then by frequency) with the completions that gave them.
-    Turns cut at max_tokens, failed or without a parsed answer are left out."""
+    Turns cut at max_tokens, failed, without a parsed answer or of an answer-only agent (the sim writes their
+    answer line itself) are left out."""
     by_q: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for tr in traces:
         for turns in tr["rounds"]:
             for t in turns:
                 if t.get("answer_key") is None or t.get("error") or t.get("finish_reason") == "length" \
-                        or t.get("silent") or not (t.get("text") or "").strip():
+                        or t.get("silent") or not (t.get("text") or "").strip() \
+                        or t.get("style") in ANSWER_ONLY_STYLES:
                     continue
                 c = by_q[tr["question_id"]].setdefault(t["answer_key"], {"answer": t["answer_key"],
                                                                           "correct": bool(t["correct"]), "texts": []})
@@ -86,8 +89,15 @@ def write_text_bank(bank: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def pair_type(a: dict, b: dict) -> str:
+    """The reply styles of a pair of turns, sorted: `cot-direct` (a turn without a style is the paper's `cot`)."""
+    return "-".join(sorted((a.get("style") or "cot", b.get("style") or "cot")))
+
+
 def pair_evidence(traces: Sequence[dict], encoder: Encoder) -> dict[str, np.ndarray]:
-    """e_ij of every agent pair with two parsed answers, split by whether the answers agree (rounds pooled)."""
+    """e_ij of every agent pair with two parsed answers, split by whether the answers agree (rounds pooled): keys
+    `agree` and `differ`; in a mixed pool (pairs of more than one `pair_type`) also `agree cot-direct`, ... per
+    type, whose e_ij differ far more between types than between agreeing and differing pairs."""
     rounds = [turns for tr in traces for turns in tr["rounds"] if len(turns) >= 2]
     if not rounds:
         return {"agree": np.zeros(0), "differ": np.zeros(0)}
@@ -97,6 +107,7 @@ def pair_evidence(traces: Sequence[dict], encoder: Encoder) -> dict[str, np.ndar
     n = len(texts) // 2
     h_all, c_all = emb[:n], emb[n:]
     out: dict[str, list[float]] = {"agree": [], "differ": []}
+    typed: dict[str, list[float]] = {}
     pos = 0
     for turns in rounds:
         v = len(turns)
@@ -106,16 +117,30 @@ def pair_evidence(traces: Sequence[dict], encoder: Encoder) -> dict[str, np.ndar
         for i in range(v):
             for j in range(i + 1, v):
                 if keys[i] is not None and keys[j] is not None:
-                    out["agree" if keys[i] == keys[j] else "differ"].append(float(e[i, j]))
+                    kind = "agree" if keys[i] == keys[j] else "differ"
+                    out[kind].append(float(e[i, j]))
+                    typed.setdefault(f"{kind} {pair_type(turns[i], turns[j])}", []).append(float(e[i, j]))
+    if len({k.split(" ", 1)[1] for k in typed}) > 1:
+        out.update(sorted(typed.items()))
     return {k: np.array(v) for k, v in out.items()}
+
+
+def typed_keys(real: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> list[str]:
+    """The per-pair-type keys both sides hold pairs of (none for a pool of one style)."""
+    return [k for k in real if " " in k and len(real[k]) and len(sim.get(k, ()))]
+
+
+def recombination_score(real: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> float:
+    """What the recombination grid minimises: KS(agree) + KS(differ), or in a mixed pool the sum of the per-type
+    distances, so that a sim whose pairs mix the types in other proportions is not preferred for that."""
+    keys = typed_keys(real, sim) or ["agree", "differ"]
+    return float(sum(ks(real[k], sim[k])["statistic"] for k in keys))
 
 
 def simulate_traces(params: SimParams, settings: dict[str, Any], n: int, seed: int,
                     text_bank: str | Path | None) -> list[dict]:
     """MAD debates of the sim on synthetic questions (the regime of the issue's table), as trace dicts."""
-    cfg = DebateConfig(n_agents=int(settings.get("n_agents", 3)), n_rounds=int(settings.get("n_rounds", 2)),
-                       max_tokens=int(settings.get("max_tokens", 384)), seed=seed,
-                       layout=settings.get("layout", "single"))
+    cfg = sim_debate_config(settings, seed)
     engine = DebateEngine(SimBackend(params, seed=seed, text_bank=text_bank), cfg)
     debates = engine.run(load_synthetic(n, seed=seed, split="test"), MADProtocol(cfg.n_agents, cfg.n_rounds))
     return [d.trace.to_dict() for d in debates if not d.failed]
@@ -148,7 +173,7 @@ def compare(real: dict[str, np.ndarray], sims: dict[str, dict[str, np.ndarray]])
     for name, s in sims.items():
         out[name] = {k: describe(v) for k, v in s.items()}
         out[name]["d_prime"] = d_prime(s["agree"], s["differ"])
-        out[name]["ks_vs_real"] = {k: ks(real[k], s[k]) for k in ("agree", "differ")}
+        out[name]["ks_vs_real"] = {k: ks(real[k], s[k]) for k in ("agree", "differ", *typed_keys(real, s))}
     return out
 
 
@@ -173,6 +198,18 @@ def report_markdown(res: dict[str, Any], command: str, encoder: str, synthetic_c
     for name, r in res.items():
         q = {k: ", ".join(f"{x:.3f}" for x in r[k].get("quantiles", [])) for k in ("agree", "differ")}
         lines.append(f"| {name} | {q['agree']} | {q['differ']} |")
+    typed = [k for k in res["real"] if " " in k]
+    if typed:
+        lines += ["", "By pair type (the reply styles of the two agents): a mixed pool's types differ far more than its "
+                  "agreeing and differing pairs do, and real and simulated debates mix them in other proportions, so "
+                  "each type is compared on its own (the grid below minimises the sum of these KS distances):", "",
+                  "| source | " + " | ".join(f"{k}: n, mean (KS)" for k in typed) + " |",
+                  "|---|" + "---|" * len(typed)]
+        for name, r in res.items():
+            ksr = r.get("ks_vs_real", {})
+            cells = [(f"{r[k]['n']}, {r[k]['mean']:.3f}" if r.get(k, {}).get("n") else "0, –")
+                     + (f" ({ksr[k]['statistic']:.3f})" if k in ksr else "") for k in typed]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +247,7 @@ class RecombinationFit:
 def fit_recombination(params: SimParams, settings: dict[str, Any], n_sim: int, seed: int, bank_path: Path,
                       encoder: Encoder, real_train: dict[str, np.ndarray], keeps: Sequence[float],
                       mixes: Sequence[float]) -> RecombinationFit:
-    """(bank_sentence_keep, bank_sentence_mix) minimising KS(agree) + KS(differ) against the training questions'
+    """(bank_sentence_keep, bank_sentence_mix) minimising `recombination_score` against the training questions'
     pairs. The same sim seed at every point, so the decisions are equal and only the texts differ."""
     grid = []
     for keep in keeps:
@@ -219,7 +256,7 @@ def fit_recombination(params: SimParams, settings: dict[str, Any], n_sim: int, s
             sim = pair_evidence(simulate_traces(p, settings, n_sim, seed, bank_path), encoder)
             ks_a, ks_d = (ks(real_train[k], sim[k])["statistic"] for k in ("agree", "differ"))
             grid.append({"keep": float(keep), "mix": float(mix), "ks_agree": ks_a, "ks_differ": ks_d,
-                         "score": ks_a + ks_d})
+                         "score": recombination_score(real_train, sim)})
             log.info("keep %.2f mix %.2f: KS agree %.3f differ %.3f", keep, mix, ks_a, ks_d)
     best = min(grid, key=lambda g: (g["score"], -g["keep"], g["mix"]))  # ties: the least recombination
     fit = RecombinationFit(best["keep"], best["mix"], grid)
@@ -229,9 +266,10 @@ def fit_recombination(params: SimParams, settings: dict[str, Any], n_sim: int, s
 
 
 def grid_markdown(fit: RecombinationFit) -> list[str]:
-    lines = ["", "Sentence recombination fitted on the training questions' pairs (KS agree + KS differ, lower is "
-             "better; the held-out rows above are the validation):", "",
-             "| keep | mix | KS agree | KS differ | sum |", "|---:|---:|---:|---:|---:|"]
+    lines = ["", "Sentence recombination fitted on the training questions' pairs (score = KS agree + KS differ, in a "
+             "mixed pool the sum of the per-type distances; lower is better; the held-out rows above are the "
+             "validation):", "",
+             "| keep | mix | KS agree | KS differ | score |", "|---:|---:|---:|---:|---:|"]
     for g in fit.grid:
         mark = " ← chosen" if (g["keep"], g["mix"]) == (fit.keep, fit.mix) else ""
         lines.append(f"| {g['keep']:.2f} | {g['mix']:.2f} | {g['ks_agree']:.3f} | {g['ks_differ']:.3f} | "

@@ -45,6 +45,7 @@ import numpy as np
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.debate.corpus_file import read_corpus
+from dear.sim.backend import ANSWER_ONLY_STYLES
 from dear.sim.likelihood import FitData
 from dear.sim.params import SimParams
 from dear.sim.records import DebateRecord, record_from_dict, transitions
@@ -52,12 +53,15 @@ from simworld import mle
 from simworld.rates import compute_stats
 from simworld.validation import (
     NullModel,
+    agent_group,
     calibration,
     heldout_loglik,
     one_step_predictions,
     real_mad,
+    round0_by_agent,
     round0_predictions,
     simulate_mad,
+    wilson,
 )
 
 log = logging.getLogger("simworld.fit")
@@ -146,9 +150,11 @@ def ridge_by_cv(traces: Sequence[dict], grid: Sequence[float], k: int, seed: int
 
 # ---------------------------------------------------------------- the whole fit + validation
 def length_turns(traces: Sequence[dict]) -> list[tuple[float, int, bool]]:
-    """(temperature, completion tokens, cut at max_tokens) of every turn that did not fail."""
+    """(temperature, completion tokens, cut at max_tokens) of every reasoning turn that did not fail (an
+    answer-only agent's reply is the sim's answer line, not a length to fit)."""
     return [(float(t["temperature"]), int(t["completion_tokens"]), t.get("finish_reason") == "length")
-            for tr in traces for turns in tr["rounds"] for t in turns if t.get("error") is None]
+            for tr in traces for turns in tr["rounds"] for t in turns
+            if t.get("error") is None and t.get("style") not in ANSWER_ONLY_STYLES]
 
 
 def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_questions: int,
@@ -207,7 +213,8 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
         round0[name] = {"observed_accuracy": [stats["round-0 accuracy"].num, stats["round-0 accuracy"].den],
                         "observed_unanimous": [stats["round-0 unanimous questions"].num,
                                                stats["round-0 unanimous questions"].den],
-                        "fitted": round0_predictions(fitted, data), "default": round0_predictions(default, data)}
+                        "fitted": round0_predictions(fitted, data), "default": round0_predictions(default, data),
+                        "by_agent": round0_by_agent(fitted, data)}
     mad = {"real": real_mad(corpus.mad)} if corpus.mad else {}
     if corpus.mad:
         mad["sim fitted (synthetic)"] = simulate_mad(fitted, corpus.settings, sim_questions, seed)
@@ -275,6 +282,12 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
         lines.append(f"| {row['set']} | {row['debates']} | {row['transitions']} | {_f(row['fitted'])} | "
                      f"{_f(row['default'])} | {_f(row['null'])} |")
     lines += ["", *ridge_section(r)]
+    profiles = r["settings"].get("agent_profiles")
+
+    def label(group: str) -> str:  # "agent 2" -> "agent 2 (local:direct)" for a pool of profiles
+        head, _, k = group.partition(" ")
+        return f"{group} ({profiles[int(k)]})" if head == "agent" and profiles and int(k) < len(profiles) else group
+
     for name, rows in r["calibration"].items():
         lines += ["", f"## Calibration, {name}", "",
                   "Observed rate with 95 % Wilson interval vs the models' mean one-step predicted rate; ✓ = the fitted "
@@ -283,7 +296,7 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
                   "|---|---|---:|---:|---|---:|---:|---:|"]
         for c in rows:
             mark = "✓" if c["fitted_inside"] else ("✗" if c["n"] else "")
-            lines.append(f"| {c['group']} | {c['flip']} | {c['n']} | {c['observed']} | {_f(c['rate'])} "
+            lines.append(f"| {label(c['group'])} | {c['flip']} | {c['n']} | {c['observed']} | {_f(c['rate'])} "
                          f"[{_f(c['ci_low'])}, {_f(c['ci_high'])}] | {_f(c['fitted'])} {mark} | "
                          f"{_f(c['default'])} | {_f(c['null'])} |")
     lines += ["", "## Round 0", "", "| set | accuracy observed | fitted | default | unanimous observed | fitted | "
@@ -292,6 +305,16 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
         (ka, na), (ku, nu) = z["observed_accuracy"], z["observed_unanimous"]
         lines.append(f"| {name} | {ka}/{na} = {_f(ka / max(1, na))} | {_f(z['fitted'][0])} | {_f(z['default'][0])} | "
                      f"{ku}/{nu} = {_f(ku / max(1, nu))} | {_f(z['fitted'][1])} | {_f(z['default'][1])} |")
+    lines += ["", "Round-0 accuracy by agent (observed, and the fitted simulator's prediction with the difficulty "
+              "integrated out; ✓ = inside the observed 95 % Wilson interval):", "",
+              "| set | agent | observed | rate [95 % CI] | fitted |", "|---|---|---:|---|---:|"]
+    for name, z in r["round0"].items():
+        for row in z.get("by_agent", []):
+            lo, hi = wilson(row["observed"], row["n"])
+            mark = "✓" if row["n"] and lo <= row["predicted"] <= hi else "✗"
+            lines.append(f"| {name} | {label(agent_group(row['agent']))} | {row['observed']}/{row['n']} | "
+                         f"{_f(row['observed'] / max(1, row['n']))} [{_f(lo)}, {_f(hi)}] | "
+                         f"{_f(row['predicted'])} {mark} |")
     if r["mad"]:
         lines += ["", "## MAD reference debates: final accuracy and tokens per question", "",
                   "Simulated: engine + SimBackend, MAD on synthetic test questions (same V, R, max tokens, layout).", "",
@@ -305,6 +328,9 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
         for name, m in r["mad"].items():
             lines.append(f"| {name} | {m['n']} | {_f(m['accuracy'])} [{_f(m['ci'][0])}, {_f(m['ci'][1])}] | "
                          f"{m['tokens_per_question']:.0f} | {m['completion_tokens_per_question']:.0f} |")
+        lines += ["", "Completion tokens of one turn, by agent: " + "; ".join(
+            f"{name}: " + " / ".join(f"{x:.0f}" for x in m.get("completion_tokens_per_agent", []))
+            for name, m in r["mad"].items()) + "."]
     ident = r["identification"]
     lines += ["", "## Parameters", "", "Estimates on the optimisation scale with standard errors from the observed "
               "information (of the penalised objective when λ > 0: the penalty's curvature is included, so they are "

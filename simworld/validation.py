@@ -13,6 +13,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from dear.debate.engine import DebateConfig, DebateEngine, summarize
+from dear.debate.profiles import parse_profile, without_backend
 from dear.debate.protocols import MADProtocol
 from dear.debate.trace import DebateTrace
 from dear.sim.backend import SimBackend
@@ -88,10 +89,8 @@ def one_step_predictions(p: SimParams, data: FitData) -> np.ndarray:
 
 def round0_predictions(p: SimParams, data: FitData) -> tuple[float, float]:
     """Predicted round-0 accuracy (mean over turns) and unanimity (mean over questions)."""
-    V, C, T, P, present = data.round0
-    skills = np.array([p.skill(a) for a in range(V)])
-    d = difficulty_logit(p, DELTA)
-    pc = sigmoid(skills[None, :, None] - d[None, None, :] - p.temp_penalty * excess(p, T, P)[:, :, None])
+    pc, present = _round0_correct(p, data)
+    V = data.round0.n_agents
     acc = float(pc.mean(2)[present].mean())
     w = distractor_weights(p, N_DISTRACTORS)
     same_wrong = (1 - p.p_unique_wrong) ** V * float((w**V).sum())
@@ -99,13 +98,37 @@ def round0_predictions(p: SimParams, data: FitData) -> tuple[float, float]:
     return acc, float(unan.mean())
 
 
+def _round0_correct(p: SimParams, data: FitData) -> tuple[np.ndarray, np.ndarray]:
+    """P(correct) of every round-0 turn on the difficulty grid (questions × agents × grid), and which turns exist."""
+    V, C, T, P, present = data.round0
+    skills = np.array([p.skill(a) for a in range(V)])
+    d = difficulty_logit(p, DELTA)
+    return sigmoid(skills[None, :, None] - d[None, None, :] - p.temp_penalty * excess(p, T, P)[:, :, None]), present
+
+
+def round0_by_agent(p: SimParams, data: FitData) -> list[dict[str, Any]]:
+    """Round-0 accuracy per agent: observed (k of n) and predicted (difficulty integrated out)."""
+    pc, present = _round0_correct(p, data)
+    _, C, _, _, _ = data.round0
+    rows = []
+    for a in range(pc.shape[1]):
+        m = present[:, a]
+        rows.append({"agent": a, "observed": int(C[m, a].sum()), "n": int(m.sum()),
+                     "predicted": float(pc.mean(2)[m, a].mean()) if m.any() else float("nan")})
+    return rows
+
+
 # ---------------------------------------------------------------- calibration
 def _groups(t: Transition) -> list[str]:
-    """The calibration groups a transition belongs to: all, whom it read, its temperature bin."""
+    """The calibration groups a transition belongs to: all, whom it read, its temperature bin, its agent."""
     read = "read nobody" if t.n_read == 0 else ("read peers, all agree" if t.n_dis == 0 else
                                                  "read peers, some disagree")
     temp = next(f"T in [{lo:.1f}, {min(hi, 2.0):.1f})" for lo, hi in TEMP_BINS if lo <= t.temperature < hi)
-    return ["all", read, temp]
+    return ["all", read, temp, agent_group(t.agent)]
+
+
+def agent_group(agent: int) -> str:
+    return f"agent {agent}"
 
 
 GROUP_ORDER = ["all", "read nobody", "read peers, all agree", "read peers, some disagree"] + [
@@ -121,9 +144,11 @@ def wilson(k: float, n: int) -> tuple[float, float]:
 
 
 def calibration(trs: Sequence[Transition], preds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Rows: group × (C→I over own-correct turns, I→C over own-wrong turns); predicted = mean predicted rate."""
+    """Rows: group × (C→I over own-correct turns, I→C over own-wrong turns); predicted = mean predicted rate.
+    Groups: GROUP_ORDER, then one per agent (its pool position)."""
     rows = []
-    for g in GROUP_ORDER:
+    agents = sorted({t.agent for t in trs})
+    for g in GROUP_ORDER + [agent_group(a) for a in agents]:
         idx = [k for k, t in enumerate(trs) if g in _groups(t)]
         for name, own_c in (("C→I", True), ("I→C", False)):
             sel = [k for k in idx if trs[k].own_correct == own_c]
@@ -141,11 +166,21 @@ def calibration(trs: Sequence[Transition], preds: dict[str, np.ndarray]) -> list
 
 
 # ---------------------------------------------------------------- MAD reference
-def simulate_mad(p: SimParams, settings: dict[str, Any], n: int, seed: int) -> dict[str, float]:
-    """MAD debates of the sim on n synthetic test questions (the corpus's V, R, max tokens, layout): accuracy, tokens."""
-    cfg = DebateConfig(n_agents=int(settings.get("n_agents", 3)), n_rounds=int(settings.get("n_rounds", 2)),
-                       max_tokens=int(settings.get("max_tokens", 384)), seed=seed,
-                       layout=settings.get("layout", "single"))
+def sim_debate_config(settings: dict[str, Any], seed: int) -> DebateConfig:
+    """The corpus's debate settings (V, R, max tokens, layout, the agents' profiles in pool order) for the sim:
+    one backend, so each profile keeps its reply style and token limit and loses its backend."""
+    profiles = settings.get("agent_profiles")
+    return DebateConfig(n_agents=int(settings.get("n_agents", 3)), n_rounds=int(settings.get("n_rounds", 2)),
+                        max_tokens=int(settings.get("max_tokens", 384)), seed=seed,
+                        layout=settings.get("layout", "single"),
+                        agent_profiles=None if profiles is None else tuple(
+                            parse_profile(without_backend(name)) for name in profiles))
+
+
+def simulate_mad(p: SimParams, settings: dict[str, Any], n: int, seed: int) -> dict[str, Any]:
+    """MAD debates of the sim on n synthetic test questions (the corpus's V, R, max tokens, layout, profiles):
+    accuracy, tokens, per-agent completion tokens."""
+    cfg = sim_debate_config(settings, seed)
     engine = DebateEngine(SimBackend(p, seed=seed), cfg)
     proto = MADProtocol(cfg.n_agents, cfg.n_rounds, float(settings.get("mad_temperature", 0.7)),
                         float(settings.get("mad_top_p", 0.9)))
@@ -153,14 +188,27 @@ def simulate_mad(p: SimParams, settings: dict[str, Any], n: int, seed: int) -> d
     s = summarize(debates)  # accuracy: ties as expected values
     comp = sum(d.trace.completion_tokens for d in debates) / max(1, n)
     return {"n": n, "accuracy": s.accuracy, "ci": list(wilson(s.accuracy * n, n)), "tokens_per_question":
-            s.tokens_per_question, "completion_tokens_per_question": comp}
+            s.tokens_per_question, "completion_tokens_per_question": comp,
+            "completion_tokens_per_agent": completion_tokens_per_agent([d.trace.to_dict() for d in debates])}
 
 
-def real_mad(traces: Sequence[dict]) -> dict[str, float]:
+def real_mad(traces: Sequence[dict]) -> dict[str, Any]:
     """The corpus's MAD debates: accuracy (ties as expected values) with its interval, tokens per question."""
     n = len(traces)
     k = sum(DebateTrace.from_dict(t).final_expected for t in traces)  # ties as expected values
     return {"n": n, "accuracy": k / max(1, n), "ci": list(wilson(k, n)),
             "tokens_per_question": sum(t["prompt_tokens"] + t["completion_tokens"] for t in traces) / max(1, n),
-            "completion_tokens_per_question": sum(t["completion_tokens"] for t in traces) / max(1, n)}
+            "completion_tokens_per_question": sum(t["completion_tokens"] for t in traces) / max(1, n),
+            "completion_tokens_per_agent": completion_tokens_per_agent(traces)}
+
+
+def completion_tokens_per_agent(traces: Sequence[dict]) -> list[float]:
+    """Mean completion tokens of one turn, per agent (turns that did not fail)."""
+    sums: dict[int, list[int]] = {}
+    for tr in traces:
+        for turns in tr["rounds"]:
+            for t in turns:
+                if t.get("error") is None:
+                    sums.setdefault(int(t["agent"]), []).append(int(t["completion_tokens"]))
+    return [float(np.mean(sums[a])) for a in sorted(sums)]
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from dear.debate.engine import DebateConfig, sampling_range_errors
-from dear.debate.profiles import AgentProfile, as_profiles
+from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
 from dear.deprecation import rename_keys
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
@@ -160,8 +160,7 @@ class EnvSection:
         """The profile feature's one-hot order (the pool's distinct names, in pool order); None without it."""
         if not self.profile_feature or self.agent_profiles is None:
             return None
-        profiles = as_profiles(self.agent_profiles, "env.agent_profiles")
-        return tuple(dict.fromkeys(replace(p, backend=None).name for p in profiles))  # the env's names
+        return feature_vocabulary(as_profiles(self.agent_profiles, "env.agent_profiles"))
 
     def profiles(self, llm_spec: str) -> tuple[AgentProfile, ...] | None:
         """The validated `agent_profiles` for a run on backend `llm_spec` (their backends left unset: the env's own);

@@ -161,6 +161,17 @@ def without_backend(name: str) -> str:
     return ":".join(parts[style_at:])
 
 
+def feature_vocabulary(profiles: Sequence[AgentProfile]) -> tuple[str, ...]:
+    """A profile feature's one-hot order: the pool's distinct profile names without their backend, in pool order."""
+    return tuple(dict.fromkeys(without_backend(p.name) for p in profiles))
+
+
+def in_vocabulary(name: str, vocabulary: Sequence[str]) -> str:
+    """`name` as a policy's profile vocabulary spells it: itself if listed, else without its backend (`local:cot`
+    is `cot`); the caller decides what an unknown name means."""
+    return name if name in vocabulary else without_backend(name)
+
+
 def names(profiles: Sequence[AgentProfile] | None) -> list[str] | None:
     """The compact names (stored settings, reports); None without profiles."""
     return None if profiles is None else [p.name for p in profiles]

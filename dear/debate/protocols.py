@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dear.debate.engine import Debate, DebateConfig, RoundControl
+from dear.debate.profiles import without_backend
 from dear.seeds import derive_seed
 from dear.vote import tally
 
@@ -165,12 +166,25 @@ class AdaptiveSCProtocol(Protocol):
         return out
 
 
-PROTOCOLS = ("mad", "majority", "random", "self", "fixed")
+PROTOCOLS = ("mad", "majority", "random", "self", "fixed", "read-strongest")
+
+
+def read_strongest_mask(config: DebateConfig, strongest: str = "") -> np.ndarray:
+    """The hand rule for a mixed pool: every agent reads the other agents whose profile is `strongest` (default the
+    first agent's; a name without its backend matches any backend) and nobody else. One profile: the full mesh."""
+    v = config.n_agents
+    names = [config.profile(i).name for i in range(v)]
+    target = strongest or names[0]
+    chosen = [n == target or without_backend(n) == target for n in names]
+    if not any(chosen):
+        raise ValueError(f"read-strongest: no agent has the profile {target!r}; the pool is {names}")
+    return np.array([[chosen[j] and i != j for j in range(v)] for i in range(v)], dtype=bool)
 
 
 def make_protocol(name: str, config: DebateConfig, **kwargs) -> Protocol:
     """Build a protocol by name: `mad`, `majority`, `random` / `random:<p>`, `self` (no peers: self-refine),
-    `fixed` (needs mask=...). Sampling defaults to the config's round-0 temperature/top-p."""
+    `fixed` (needs mask=...), `read-strongest` / `read-strongest:<profile>` (read_strongest_mask). Sampling
+    defaults to the config's round-0 temperature/top-p."""
     base, _, arg = name.partition(":")
     t = kwargs.pop("temperature", config.temperature0)
     p = kwargs.pop("top_p", config.top_p0)
@@ -186,6 +200,9 @@ def make_protocol(name: str, config: DebateConfig, **kwargs) -> Protocol:
     elif base == "self":
         proto = FixedMaskProtocol(np.zeros((v, v), dtype=bool), n_rounds, t, p)
         proto.name = "self"
+    elif base == "read-strongest":
+        proto = FixedMaskProtocol(read_strongest_mask(config, arg), n_rounds, t, p)
+        proto.name = "read-strongest"
     elif base == "fixed":
         if "mask" not in kwargs:
             raise ValueError("protocol 'fixed' needs mask=<(V, V) bool array>")

@@ -59,7 +59,9 @@ with T (``words_base + words_per_temp·T``, ≈ 60–150). Token counters: promp
 / ``prompt_chars_per_token`` (4 by default); with ``text_chars_per_token`` = 0 (default) completion_tokens is the
 word count, with c > 0 (the fit's value) a completion of n tokens is written about n·c characters long, so a sim
 text counts in a later prompt what a real completion of its length counts. A completion longer than the request's ``max_tokens`` is cut there with
-``finish_reason = "length"`` and loses its conclusion and final answer, as a real model's would.
+``finish_reason = "length"`` and loses its conclusion and final answer, as a real model's would. An agent
+whose profile's reply style writes no reasoning (request metadata ``style`` in ``ANSWER_ONLY_STYLES``: ``direct``)
+writes ``Final answer: X`` alone, as the real one does, counted by the same characters per token.
 
 Real texts (option ``text_bank``): on real texts the encoder separates agreeing from differing pairs far less
 than on the pseudo-words above (the separation d′ that ``python -m simworld.evidence_match`` reports). With a text bank (a gzip JSON built

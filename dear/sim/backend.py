@@ -27,6 +27,8 @@ from dear.synthetic_header import SyntheticHeader, parse_header
 log = logging.getLogger(__name__)
 
 _FAIL_TAG = 0xFA11  # separates the failure draw's seed from the answer draws' seed
+# Reply styles (request metadata "style", dear.debate.prompts.STYLES) whose agents write the final answer line alone.
+ANSWER_ONLY_STYLES = ("direct",)
 
 
 @lru_cache(maxsize=65536)
@@ -223,6 +225,8 @@ class SimBackend(Backend):
         rng = self._rng(req)
         dec, agent, _ = self._decide(req, rng, h)
         p = self.params
+        if (req.metadata or {}).get("style") in ANSWER_ONLY_STYLES:
+            return self._answer_line(dec.answer, req.max_tokens)
         temp = max(0.0, float(req.temperature))
         n = int(np.clip(round(p.words_base + p.words_per_temp * temp + rng.normal(0.0, 6.0)), 30, 400))
         answer_words = words_for("answer", dec.answer, 16)
@@ -249,4 +253,14 @@ class SimBackend(Backend):
             if c > 0:
                 return text[: int(cut * c)].rsplit(" ", 1)[0], cut, "length"
             return " ".join(text.split()[:cut]), cut, "length"
+        return text, tokens, "stop"
+
+    def _answer_line(self, answer: str, max_tokens: int) -> tuple[str, int, str]:
+        """An answer-only reply, as a real agent of the `direct` style writes it: the final answer line alone,
+        counted by the fitted characters per token (one token per word without them)."""
+        text = f"Final answer: {answer}"
+        c = self.params.text_chars_per_token
+        tokens = max(1, round(len(text) / c)) if c > 0 else len(text.split())
+        if tokens > max_tokens:
+            return text[: int(max_tokens * c)] if c > 0 else " ".join(text.split()[:max_tokens]), max_tokens, "length"
         return text, tokens, "stop"

@@ -80,6 +80,11 @@ def record_from_dict(d: dict[str, Any], where: str) -> DebateRecord | None:
     if d.get("failed"):
         log.warning("%s: skipping failed debate %s", where, d.get("debate_id"))
         return None
+    order = d.get("pool_order")
+    if order is not None and list(order) != list(range(len(order))):
+        # The sim's per-agent parameters belong to pool positions; a shuffled seating would mix them up.
+        raise ValueError(f"{where}: seats the pool in the order {list(order)}; the fit reads debates in pool order "
+                         "(collect the corpus without shuffled profiles)")
     rounds = [[_turn_from_dict(t, f"{where} round {r}") for t in turns] for r, turns in enumerate(d["rounds"])]
     for r, turns in enumerate(rounds):
         if [t.agent for t in turns] != list(range(len(turns))):

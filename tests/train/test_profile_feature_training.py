@@ -34,3 +34,26 @@ def test_training_with_shuffled_seats_and_the_feature_runs_and_exports(tmp_path)
 def test_the_keys_need_a_pool(key):
     with pytest.raises(ConfigError, match=f"{key}: needs env.agent_profiles"):
         load_config("sim-stylised", [f"{key}=true"])
+
+
+def test_read_rates_follow_each_profile_from_seat_to_seat(tmp_path, capsys):
+    from train import read_rates
+
+    cfg = load_config("sim-stylised", [*SMALL, f"run.out_dir={tmp_path}", "run.iterations=1", POOL,
+                                       "env.shuffle_profiles=true", "env.profile_feature=true"])
+    tr = Trainer(cfg, run_dir=tmp_path / "run")
+    tr.train()
+    tr.close()
+    # the saved run's policy reads as the trainer's does, and its rates add up over the pool's ordered pairs
+    policy = read_rates.load_run_policy(tmp_path / "run", cfg)
+    for a, b in zip(policy.state_dict().values(), tr.learner.policy.state_dict().values()):
+        assert (a == b).all()
+    rates = read_rates.read_rates(cfg, policy, episodes=12, seed=5)
+    assert {(x.reader, x.read) for x in rates} == {("cot", "cot"), ("cot", "direct"), ("direct", "cot")}
+    for r in (1, 2):  # per round: 12 debates x the pool's 6 ordered pairs (cot-cot twice, each other pair twice)
+        assert sum(x.pairs for x in rates if x.round == r) == 12 * 6
+    assert all(0 <= x.reads <= x.pairs for x in rates)
+    assert read_rates.main([str(tmp_path / "run"), "--episodes", "4"]) == 0
+    assert "| 1 | direct | cot |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        read_rates.main([str(tmp_path), "--episodes", "4"])  # not a run directory

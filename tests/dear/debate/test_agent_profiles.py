@@ -303,7 +303,9 @@ def test_eval_run_stores_the_profiles_reports_per_agent_and_refuses_other_ones(t
     md = (out / "summary.md").read_text()
     section = md[md.index("## Per agent"):]
     assert "`sim:direct:32`" in section and "last-round acc %" in section
-    assert section.count("| synthetic | MAD") == 3 and section.count("| synthetic | Single CoT") == 1
+    assert section.count("| synthetic | MAD | ") == 3 + 2  # three agents, then the steps of both profiles
+    assert section.count("| synthetic | Single CoT") == 1  # no exchange: no steps
+    assert "Who moved to whose answer" in section and "| synthetic | MAD | `sim:direct:32` | `sim:cot` |" in section
     with pytest.raises(ValueError, match="agent_profiles: .* there vs .* now"):
         eval_run.main(_eval_args(out, "--agent-profiles", "cot,cot,cot", "--n-rounds", "1"))
     with pytest.raises(ValueError, match="--agent-profiles lists 3 agents but --n-agents is 2"):
@@ -372,3 +374,19 @@ def test_regulated_debater_runs_a_mixed_pool_and_checks_its_size(tmp_path):
         assert isinstance(debater.extra_backends["sim"], SimBackend)
     with pytest.raises(ValueError, match="agent profiles list 2 agents but the policy debates with V=3"):
         RegulatedDebater(exported, "sim", agent_profiles=parse_profiles("cot,cot"))
+
+
+def test_read_strongest_reads_the_first_profiles_agents_only():
+    from dear.debate.protocols import make_protocol
+    from eval.methods import DEFAULT_METHODS, parse_methods
+
+    pool = DebateConfig(n_agents=3, agent_profiles=("local:cot", "local:cot", "local:direct"))
+    mask = make_protocol("read-strongest", pool).controls([None])[0].mask
+    assert mask.tolist() == [[False, True, False], [True, False, False], [True, True, False]]
+    weak = make_protocol("read-strongest:direct", pool).controls([None])[0].mask  # by name, backend left out
+    assert weak.tolist() == [[False, False, True], [False, False, True], [False, False, False]]
+    same = make_protocol("read-strongest", DebateConfig(n_agents=3)).controls([None])[0].mask
+    assert same.tolist() == (~np.eye(3, dtype=bool)).tolist()  # one profile: MAD's full mesh
+    with pytest.raises(ValueError, match=r"no agent has the profile 'smoke'; the pool is \['local:cot'"):
+        make_protocol("read-strongest:smoke", pool)
+    assert "read-strongest" not in DEFAULT_METHODS and parse_methods("read-strongest")[0].protocol == "read-strongest"

@@ -16,9 +16,10 @@ def test_a_mixed_cot_and_direct_debate_on_the_smoke_model(tmp_path):
     from eval import run as eval_run
 
     out = tmp_path / "mixed"
-    (mad,) = eval_run.main(["--benchmarks", "gsm8k", "--n", "1", "--llm", "smoke", "--methods", "mad",
-                            "--agent-profiles", "smoke:cot,smoke:direct:24", "--n-rounds", "1", "--max-tokens", "48",
-                            "--parallel", "2", "--out", str(out), "--no-progress", "--n-boot", "50"])
+    mad, strongest = eval_run.main([
+        "--benchmarks", "gsm8k", "--n", "1", "--llm", "smoke", "--methods", "mad,read-strongest",
+        "--agent-profiles", "smoke:cot,smoke:direct:24", "--n-rounds", "1", "--max-tokens", "48",
+        "--parallel", "2", "--out", str(out), "--no-progress", "--n-boot", "50"])
     assert mad.summary.n == 1 and mad.summary.failed == 0
     (trace,) = [json.loads(line) for line in (out / "traces" / "gsm8k" / "mad.jsonl").read_text().splitlines()]
     assert trace["model_ids"] == ["smoke:smollm2-135m-instruct-q4_1"] * 2
@@ -35,6 +36,11 @@ def test_a_mixed_cot_and_direct_debate_on_the_smoke_model(tmp_path):
         assert direct["messages"][-1]["content"].endswith(prompts.STYLES["direct"].instructions(
             _question(trace)))
     assert trace["rounds"][1][0]["peers"] == [1] and trace["rounds"][1][1]["peers"] == [0]
+    # the hand rule: the direct agent reads the cot agent, which reads nobody
+    assert strongest.summary.n == 1 and strongest.summary.failed == 0
+    rules = (out / "traces" / "gsm8k" / "read-strongest.jsonl").read_text().splitlines()
+    (rule,) = [json.loads(line) for line in rules]
+    assert rule["rounds"][1][0]["peers"] == [] and rule["rounds"][1][1]["peers"] == [0]
     md = (out / "summary.md").read_text()
     assert "## Per agent" in md and "`smoke:direct:24`" in md and "`smoke:cot`" in md
 
