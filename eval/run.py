@@ -13,7 +13,8 @@ that a backend error ended is never "done": its trace is kept for the record, th
 out of the accuracy, and the next run of the command retries it (a failed round 0 likewise). A directory keeps
 the policy it was first evaluated with: later runs and ``--report-only`` without ``--checkpoint`` use the stored
 one, runs of baselines only may extend it, and another policy needs another ``--out`` (``--cache`` can point at
-the first directory's cache so the baselines replay instead of being generated again).
+the first directory's cache so the baselines replay instead of being generated again). A directory of baselines
+only takes the policy of the first run that names one, so baselines may run first and DEAR later on their round 0.
 """
 
 from __future__ import annotations
@@ -252,7 +253,10 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
         hashed = bool(old.get("checkpoint_sha256") and current["checkpoint_sha256"])
         compared = [k for k in _FIXED_SETTINGS
                     if k in old and not (k == "checkpoint" and (report_only or hashed))]
-        if settings.checkpoint is None:  # baselines only: the stored policy stays the directory's policy
+        # Baselines only (now, or so far): their answers do not depend on a policy, so a run without one keeps
+        # the directory's, and a directory without one takes the first run's (baselines first, DEAR later).
+        adopts = settings.checkpoint is not None and old.get("checkpoint") is None
+        if settings.checkpoint is None or adopts:
             compared = [k for k in compared if k not in _POLICY_SETTINGS]
         diff = {k: (old.get(k), current[k]) for k in compared if old.get(k) != current[k]}
         if diff:
@@ -261,6 +265,8 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
                 + ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
                 + "; use another --out (or the original settings to resume)"
             )
+        if adopts and not report_only:
+            stored["settings"] = {**stored.get("settings", {}), **{k: current[k] for k in _POLICY_SETTINGS}}
         return stored
     return {"settings": current}
 

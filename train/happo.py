@@ -27,6 +27,7 @@ finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -67,10 +68,17 @@ ERRORS = (*USER_ERRORS, BackendError)
 CODES = {TrainingError: 1}  # training stopped by an error (every debate of an iteration failed): exit code 1
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Wraps option help at spaces only, so a config name such as `sim-state-dependent` stays whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; the module docstring is its `--help`."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, epilog=help_epilog(),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=_HelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="show the traceback of an error")
     p.add_argument("--config", help=f"{' | '.join(config_names())} | path/to/config.yaml")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")

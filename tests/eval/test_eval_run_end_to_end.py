@@ -163,6 +163,24 @@ def test_baselines_extend_a_directory_evaluated_with_a_policy(tmp_path, ckpt):
         eval_run.main(_args(out, other, methods="dear", n=2))
 
 
+def test_a_directory_of_baselines_takes_the_first_policy_run_in_it(tmp_path, ckpt):
+    """Baselines first (no --checkpoint), DEAR later in the same directory on the same stored round 0: the first
+    policy becomes the directory's, and another one is refused after it."""
+    out = tmp_path / "res"
+    no_ckpt = _args(out, ckpt, methods="majority,mad", n=2)
+    del no_ckpt[:2]
+    eval_run.main(no_ckpt)
+    assert json.loads((out / "run.json").read_text())["settings"]["checkpoint"] is None
+    round0 = (out / "traces" / "synthetic" / "round0.jsonl").read_text()
+    results = eval_run.main(_args(out, ckpt, methods="majority,mad,dear", n=2))
+    assert {r.method: r.summary.n for r in results} == {"majority": 2, "mad": 2, "dear": 2}
+    assert (out / "traces" / "synthetic" / "round0.jsonl").read_text() == round0  # DEAR continued the stored one
+    assert json.loads((out / "run.json").read_text())["settings"]["checkpoint"] == str(ckpt.resolve())
+    other = make_train_checkpoint(tmp_path / "other", temperature_range=(0.2, 1.0))
+    with pytest.raises(ValueError, match="different settings.*checkpoint"):
+        eval_run.main(_args(out, other, methods="dear", n=2))
+
+
 def test_benchmark_aliases_resolve_to_task_names():
     a = eval_run.parse_args(["--benchmarks", "gpqa,math", "--methods", "cot", "--llm", "sim"])
     settings = eval_run.settings_from_args(a, None, parse_methods("cot"))
