@@ -78,7 +78,10 @@ def build_text_bank(traces: Sequence[dict]) -> dict[str, Any]:
     for qid in sorted(by_q):
         classes = sorted(by_q[qid].values(), key=lambda c: (not c["correct"], -len(c["texts"]), c["answer"]))
         questions.append({"id": qid, "classes": classes})
-    return {"questions": questions, "n_texts": sum(len(c["texts"]) for q in questions for c in q["classes"])}
+    # A text states its class's real answer; the sim rewrites it to its own (dear.sim.bank.rewrite_answer), so an
+    # agent that agrees with another says the same number, as real ones do (answer-only agents show nothing else).
+    return {"questions": questions, "n_texts": sum(len(c["texts"]) for q in questions for c in q["classes"]),
+            "rewrite_answers": True}
 
 
 def write_text_bank(bank: dict[str, Any], path: str | Path) -> Path:

@@ -183,6 +183,10 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
     fitted = fit.params
     if words.get("identified") and words["words_base"] > 0 and words["words_per_temp"] >= 0:
         fitted = replace(fitted, words_base=words["words_base"], words_per_temp=words["words_per_temp"])
+        if words.get("slope_at_bound"):
+            fit.why_not["words_per_temp"] = (
+                f"the length did not grow with temperature (unconstrained slope {words['unconstrained_per_temp']:.1f}"
+                f" ± {words['se_unconstrained'][1]:.1f} tokens per unit T): held at its bound 0, words_base = the mean")
     else:
         fit.why_not["words_base / words_per_temp"] = f"length fit unusable: {words}"
     chars = mle.fit_chars_per_token([t for tr in train_tr for turns in tr["rounds"] for t in turns])

@@ -159,7 +159,9 @@ def fit_wrong_answers(records: Sequence[DebateRecord], base: SimParams) -> tuple
 
 def fit_words(records_turns: Sequence[tuple[float, int, bool]]) -> dict[str, Any]:
     """words_base, words_per_temp: least squares (the Gaussian MLE) of completion tokens on temperature over the
-    turns that were not cut at max_tokens; `records_turns` = (temperature, completion tokens, cut)."""
+    turns that were not cut at max_tokens; `records_turns` = (temperature, completion tokens, cut). The sim needs
+    words_per_temp >= 0: a negative slope is refitted under that bound (slope 0, base = the mean, the constrained
+    MLE), marked `slope_at_bound`, with the unconstrained slope kept as `unconstrained_per_temp`."""
     rows = [(t, n) for t, n, cut in records_turns if not cut]
     if len(rows) < 3 or float(np.ptp([t for t, _ in rows])) < 1e-6:
         return {"identified": False, "n": len(rows)}
@@ -169,8 +171,14 @@ def fit_words(records_turns: Sequence[tuple[float, int, bool]]) -> dict[str, Any
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     resid = y - X @ coef
     cov = np.linalg.inv(X.T @ X) * float(resid.var(ddof=2))
-    return {"identified": True, "n": len(rows), "words_base": float(coef[0]), "words_per_temp": float(coef[1]),
-            "se": [float(math.sqrt(cov[0, 0])), float(math.sqrt(cov[1, 1]))], "resid_sd": float(resid.std(ddof=2))}
+    out = {"identified": True, "n": len(rows), "words_base": float(coef[0]), "words_per_temp": float(coef[1]),
+           "se": [float(math.sqrt(cov[0, 0])), float(math.sqrt(cov[1, 1]))], "resid_sd": float(resid.std(ddof=2))}
+    if coef[1] < 0:
+        resid = y - y.mean()
+        out.update(words_base=float(y.mean()), words_per_temp=0.0, slope_at_bound=True,
+                   unconstrained_per_temp=float(coef[1]), se_unconstrained=out["se"],
+                   se=[float(resid.std(ddof=1) / math.sqrt(len(y))), None], resid_sd=float(resid.std(ddof=1)))
+    return out
 
 
 def fit_chars_per_token(turns: Sequence[dict]) -> dict[str, float]:

@@ -78,7 +78,11 @@ agreeing agents show the identical text (e_ij = 1) far more often than real agen
 recombined at the sentence level (sentences and lines): each reasoning sentence is replaced, with probability
 ``bank_sentence_mix``, by a random sentence of any text of the same bank question, else kept with probability
 ``bank_sentence_keep`` (the last sentence, the conclusion, always stays). Both are fitted by
-``simworld.evidence_match`` to the real e_ij distributions; 1 and 0 give the whole completion.
+``simworld.evidence_match`` to the real e_ij distributions; 1 and 0 give the whole completion. A bank that says
+``"rewrite_answers": true`` (every bank ``simworld.evidence_match`` writes now; the GSM8K world's older bank does
+not) also rewrites its class's real answer to the sim's wherever the text states it
+(``dear.sim.bank.rewrite_answer``), so agents that agree state the same number: what an answer-only agent's line
+can be compared with.
 
 Randomness: one ``numpy.random.Generator`` per request, seeded by (backend seed, request seed, a stable hash
 of question id / agent / round), so the same requests with the same seeds give bit-identical completions in any

@@ -16,12 +16,16 @@ from dear.synthetic_header import SyntheticHeader
 
 _FINAL_RE = re.compile(r"(?is)(final answer\s*:.*)$")
 _SENTENCE_OR_LINE = re.compile(r"(?<=[.!?])\s+|\n+")
+_NUMBER = re.compile(r"(?<![\d.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d,]\d)")
 
 
 class TextBank:
     """Real completions grouped by question and parsed answer (the `dear.sim` docstring, "Real texts")."""
 
-    def __init__(self, questions: list[dict[str, Any]], source: str = ""):
+    def __init__(self, questions: list[dict[str, Any]], source: str = "", rewrite_answers: bool = False):
+        """`rewrite_answers` (a bank file's key of that name): the real answer of a text's class is rewritten to
+        the sim's answer wherever the text states it, so that a text agrees in its numbers with the sim agents
+        that give the same answer (an answer-only agent shows nothing else; banks written before it lack it)."""
         usable = [q for q in questions if q.get("classes")]
         if not usable:
             raise ValueError(f"text bank {source or ''} has no question with answer classes")
@@ -31,6 +35,7 @@ class TextBank:
                     raise ValueError(f"text bank {source}: question {q.get('id')} answer {c.get('answer')} has no texts")
         self.questions = usable
         self.source = source
+        self.rewrite_answers = bool(rewrite_answers)
         # Differing sim answers must land on differing real answers: prefer questions with a correct class and
         # at least two wrong classes (when there are enough of them) so wrong answers rarely share a class.
         diverse = [q for q in usable if any(c.get("correct") for c in q["classes"])
@@ -50,7 +55,7 @@ class TextBank:
             raise ValueError(f"{path}: not a gzip JSON text bank ({e})") from e
         if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
             raise ValueError(f"{path}: a text bank is {{'questions': [...]}}")
-        return cls(doc["questions"], str(path))
+        return cls(doc["questions"], str(path), rewrite_answers=bool(doc.get("rewrite_answers", False)))
 
     @staticmethod
     def strip_final(text: str) -> str:
@@ -74,6 +79,8 @@ class TextBank:
         texts = classes[k]["texts"]
         pick = (stable_int("bank-text", h.id, round_, answer) + agent) % len(texts)
         text = self.strip_final(texts[pick])
+        if self.rewrite_answers:
+            text = rewrite_answer(text, str(classes[k].get("answer", "")), answer)
         if keep >= 1.0 and mix <= 0.0:
             return text
         # Seeded by the bank text, not the synthetic question: the many synthetic questions that share a bank
@@ -102,6 +109,25 @@ class TextBank:
             elif rng.random() < keep:
                 out.append(s)
         return "\n".join(out + sents[-1:])
+
+
+def rewrite_answer(text: str, real: str, sim: str) -> str:
+    """`text` with every statement of the number `real` (as written: `1200`, `1,200`, `1200.0`) replaced by `sim`;
+    a non-numeric `real` is replaced where it occurs verbatim."""
+    if not real:
+        return text
+    try:
+        value = float(real.replace(",", ""))
+    except ValueError:
+        return text.replace(real, sim)
+
+    def swap(m: re.Match) -> str:
+        try:
+            return sim if float(m.group(0).replace(",", "")) == value else m.group(0)
+        except ValueError:
+            return m.group(0)
+
+    return _NUMBER.sub(swap, text)
 
 
 def _split_sentences(text: str) -> list[str]:

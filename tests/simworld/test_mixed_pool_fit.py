@@ -45,6 +45,10 @@ def test_answer_only_agents_write_the_answer_line_and_are_left_out_of_length_and
     bank = build_text_bank(c.logging)
     texts = {x for q in bank["questions"] for k in q["classes"] for x in k["texts"]}
     assert texts and not any(x.startswith("Final answer:") for x in texts)
+    from dear.sim import TextBank
+    from simworld.evidence_match import write_text_bank
+
+    assert TextBank.load(write_text_bank(bank, out.parent / "bank.json.gz")).rewrite_answers  # new banks rewrite
 
 
 def test_fit_recovers_each_agents_skill_and_the_length_of_reasoning_agents(mixed):
@@ -112,3 +116,23 @@ def test_evidence_pairs_are_split_by_pair_type_in_a_mixed_pool_only():
     sim = {"agree": np.array([1.0, 0.5, 0.5, 0.5]), "agree cot-cot": np.array([1.0]),
            "agree cot-direct": np.array([0.5, 0.5, 0.5]), "differ": np.array([])}
     assert recombination_score(real, sim) == 0.0
+
+
+def test_a_bank_that_rewrites_answers_states_the_sims_answer():
+    from dear.sim import TextBank
+    from dear.sim.bank import rewrite_answer
+    from dear.synthetic_header import parse_header
+    from dear.tasks.synthetic import load_synthetic
+
+    assert rewrite_answer("So 1,200 - 200 = 1000, then 1200.0, $1200. and 11200", "1200", "967") == \
+        "So 967 - 200 = 1000, then 967, $967. and 11200"
+    assert rewrite_answer("x = \\frac{1}{2}", "\\frac{1}{2}", "7") == "x = 7"
+    questions = [{"id": "q", "classes": [
+        {"answer": "1200", "correct": True, "texts": ["The total is 1,200.\nFinal answer: 1200"]},
+        {"answer": "40", "correct": False, "texts": ["It is 40.\nFinal answer: 40"]},
+        {"answer": "7", "correct": False, "texts": ["It is 7.\nFinal answer: 7"]}]}]
+    h = parse_header(load_synthetic(1, seed=0, split="test")[0].question)
+    old, new = TextBank(questions), TextBank(questions, rewrite_answers=True)
+    assert old.text_for(h, h.answer, 0, 0) == "The total is 1,200."  # banks without the key: unchanged texts
+    assert new.text_for(h, h.answer, 0, 0) == f"The total is {h.answer}."
+    assert new.text_for(h, h.distractors[0], 0, 0) == f"It is {h.distractors[0]}."

@@ -126,6 +126,11 @@ def test_wrong_answer_patterns_and_length_fit():
     w = mle.fit_words([(t, int(round(n)), False) for t, n in zip(T, tokens)] + [(1.0, 384, True)] * 50)
     assert w["words_base"] == pytest.approx(40, abs=2) and w["words_per_temp"] == pytest.approx(90, abs=3)
     assert mle.fit_words([(0.7, 100, False)] * 10)["identified"] is False  # T never varied
+    # lengths that shrink with T: the sim's bound words_per_temp >= 0 holds, base = the mean
+    falling = mle.fit_words([(t, int(round(200 - 10 * t)) + sim.TEXT_OVERHEAD_TOKENS, False) for t in T])
+    assert falling["slope_at_bound"] and falling["words_per_temp"] == 0.0
+    assert falling["unconstrained_per_temp"] == pytest.approx(-10, abs=0.5)
+    assert falling["words_base"] == pytest.approx(200 - 10 * T.mean(), abs=0.5)
 
 
 def test_sim_text_overhead_constant_matches_the_backend():
