@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 
 import dear
 from dear.cli import run as run_cli
+from dear.debate.profiles import as_profiles, feature_vocabulary
 from dear.integrity import (
     IntegrityError,
     atomic_write_text,
@@ -295,6 +296,13 @@ def _sim_params_setting(llm: dict[str, Any]) -> Any:
     return options.get("params_file") or options.get("params")
 
 
+def _profile_vocabulary(env: dict[str, Any]) -> tuple[str, ...] | None:
+    """The profile feature's vocabulary of a run config's env section (as training built it), None without it."""
+    if not env.get("profile_feature"):
+        return None
+    return feature_vocabulary(as_profiles(env.get("agent_profiles"), "env.agent_profiles"))
+
+
 def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Export the actors of a trainer checkpoint (its config.yaml gives V, ranges, fusion, encoder) after
     verifying the checkpoint's checksums."""
@@ -324,7 +332,8 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             behavior_map=pol.get("behavior_map", "sigmoid"),  # runs from before the key: the paper's sigmoid
             selection_bias_init=pol.get("selection_bias_init", 0.0), actions=env.get("actions", "paper"),
             kinds_mode=pol.get("kinds_mode", "learned"), stop_mode=pol.get("stop_mode", "learned"),
-            stop_agree=pol.get("stop_agree", 1.0),
+            stop_agree=pol.get("stop_agree", 1.0), profiles=_profile_vocabulary(env),
+            decision_features=bool(env.get("decision_features", False)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"{ckpt / 'config.yaml'}: bad env/policy section: {type(e).__name__}: {e}") from None

@@ -5,9 +5,10 @@ grouped by the reader's and the read agent's profiles (in a pool without profile
 
 It plays `--episodes` test-split debates of the run's own world (its saved config.yaml, with overrides) under the
 run's latest checkpoint, acting deterministically as the evaluation does (a pair is read when its probability
-exceeds 0.5), and counts, after each round, which pairs the policy chose to read. With shuffled seating a profile
-is followed from seat to seat (the debate's pool order). Every number is from the run's world: synthetic for a
-simulated one. Prints a Markdown table; `--json` writes the counts too.
+exceeds 0.5), and counts, after each round, which pairs the policy chose to read, with the mean probability it
+gave them (what a sampled policy would read). With shuffled seating a profile is followed from seat to seat (the
+debate's pool order). Every number is from the run's world: synthetic for a simulated one. Prints a Markdown table;
+`--json` writes the counts too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from safetensors.torch import load_file
 
 from dear.cli import run as run_cli
+from dear.policy import pair_order
 from train.build import make_local_backend, make_policy, make_vector_env
 from train.checkpoint import latest_checkpoint
 from train.config import TrainConfig, load_config
@@ -41,6 +43,7 @@ class ReadRate:
     read: str
     reads: int
     pairs: int
+    probability: float  # mean P(read) the selection gave these pairs (NaN for the extended action set)
 
     @property
     def rate(self) -> float:
@@ -67,30 +70,37 @@ def read_rates(cfg: TrainConfig, policy, episodes: int, seed: int) -> list[ReadR
     backend = make_local_backend(cfg)
     venv = make_vector_env(cfg, backend)
     names = [p.name for p in venv.config.agent_profiles] if venv.config.agent_profiles else None
-    reads, pairs = Counter(), Counter()
+    reads, pairs, prob = Counter(), Counter(), Counter()
+    order = pair_order(cfg.env.n_agents)
     try:
         obs, _ = venv.reset(seed=[seed + k for k in range(episodes)])
         with torch.no_grad():
             for r in range(1, cfg.env.n_rounds + 1):
-                act = policy.act(*(torch.from_numpy(obs[k]) for k in ("selection", "belief", "uncertainty")),
+                selection = torch.from_numpy(obs["selection"])
+                act = policy.act(selection, torch.from_numpy(obs["belief"]), torch.from_numpy(obs["uncertainty"]),
                                  deterministic=True)
                 masks = act.mask.numpy()
+                # P(read) of each pair; the extended action set's pairs are conditional on a revise, so none
+                p = (policy.selection.distribution(selection).base_dist.probs.numpy() if not policy.extended
+                     else np.full((episodes, len(order)), np.nan))
                 for d, debate in enumerate(venv.debates):
                     who = [names[debate.pool_index(i)] if names else f"seat {i}" for i in range(cfg.env.n_agents)]
-                    for i, j in zip(*np.nonzero(~np.eye(cfg.env.n_agents, dtype=bool))):
+                    for k, (i, j) in enumerate(order):
                         pairs[r, who[i], who[j]] += 1
                         reads[r, who[i], who[j]] += int(masks[d, i, j])
+                        prob[r, who[i], who[j]] += float(p[d, k])
                 obs, *_ = venv.step(act.env_action())
     finally:
         venv.close()
         backend.close()
-    return [ReadRate(r, a, b, reads[r, a, b], n) for (r, a, b), n in sorted(pairs.items())]
+    return [ReadRate(r, a, b, reads[r, a, b], n, prob[r, a, b] / n) for (r, a, b), n in sorted(pairs.items())]
 
 
 def markdown(rates: Sequence[ReadRate], run_dir: Path, episodes: int, seed: int) -> str:
     lines = [f"Read rates of `{run_dir}` (latest checkpoint, deterministic, {episodes} test-split debates from seed "
-             f"{seed}):", "", "| round | reader | reads | rate | pairs |", "|---:|---|---|---:|---:|"]
-    lines += [f"| {x.round} | {x.reader} | {x.read} | {x.rate:.2f} | {x.pairs} |" for x in rates]
+             f"{seed}; rate = share of the pairs read, P(read) = the selection's mean probability for them):", "",
+             "| round | reader | reads | rate | P(read) | pairs |", "|---:|---|---|---:|---:|---:|"]
+    lines += [f"| {x.round} | {x.reader} | {x.read} | {x.rate:.2f} | {x.probability:.3f} | {x.pairs} |" for x in rates]
     return "\n".join(lines) + "\n"
 
 
