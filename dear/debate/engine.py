@@ -854,15 +854,11 @@ class DebateEngine:
         text = c.text or ""
         parsed = prompts.parse_sections(text)
         profile = self._profile(p.debate, p.agent)
-        # A completion cut at the token limit answers only where it marked an answer (prompts.extract).
-        answer = prompts.extract(text, q, truncated=c.finish_reason == "length", style=profile.style) \
-            if c.error is None else None
-        key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
-        if answer is not None and q.gold:  # gold "" = unknown (inference): nothing to grade
-            g = tasks.grade(answer, q)
-            correct, grader = bool(g.correct), g.grader
+        if p.silent:  # its answer is the kept turn's as graded then (a cut text stays unanswered)
+            kept = p.debate.last_turns[p.agent]
+            answer, key, correct, grader = kept.answer, kept.answer_key, kept.correct, kept.grader
         else:
-            correct, grader = False, "none"
+            answer, key, correct, grader = self._grade(text, c, q, profile.style)
         return AgentTurn(
             agent=p.agent, round=int(req.metadata["round"]),
             messages=[{"role": m.role, "content": m.content} for m in req.messages],
@@ -878,6 +874,18 @@ class DebateEngine:
             silent=p.silent, fresh=p.fresh,
             **({"profile": profile.name, "style": profile.style} if self.config.agent_profiles is not None else {}),
         )
+
+    @staticmethod
+    def _grade(text: str, c: Completion, q: Question, style: str) -> tuple[str | None, str | None, bool, str]:
+        """A completion's answer, its normalised key, correctness and grader. A completion cut at the token limit
+        answers only where it marked an answer (prompts.extract); gold "" (inference) grades nothing."""
+        answer = prompts.extract(text, q, truncated=c.finish_reason == "length", style=style) \
+            if c.error is None else None
+        key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
+        if answer is None or not q.gold:
+            return answer, key, False, "none"
+        g = tasks.grade(answer, q)
+        return answer, key, bool(g.correct), g.grader
 
     def _finalize(self, d: Debate) -> None:
         tr = d.trace

@@ -7,6 +7,9 @@ answer. The final vote is then taken again over the last round: its score over t
 pick with the engine's own RNG (`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick.
 A trace that holds no vote (a stored round 0 that other debates continue) gets none.
 
+A silent turn (the agent read nobody and kept its previous turn, with no model call) keeps that turn's answer
+and grade as they are re-graded, exactly as the engine gives it.
+
 What the debate *did* does not change: prompts, completions, masks, sampling, tokens, and the reasoning and
 conclusion texts the regulator read stay as stored.
 """
@@ -39,13 +42,23 @@ def regrade_turn(turn: AgentTurn, question: Question, classes: AnswerClasses) ->
     return replace(turn, answer=answer, answer_key=key, correct=correct, grader=grader)
 
 
+def kept_answer(turn: AgentTurn, kept: AgentTurn) -> AgentTurn:
+    """A silent turn (it read nobody and repeats `kept`, the agent's previous turn) with `kept`'s answer and grade:
+    its text is not parsed again, since a text cut at the token limit would then find an answer it never marked."""
+    return replace(turn, answer=kept.answer, answer_key=kept.answer_key, correct=kept.correct, grader=kept.grader)
+
+
 def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int) -> DebateTrace:
     """A copy of `trace` graded by today's rules (module docstring)."""
     if question.id != trace.question_id:
         raise ValueError(f"regrade_trace: trace of {trace.question_id!r} given question {question.id!r}")
     classes = AnswerClasses(question.kind)
-    out = replace(trace, gold=question.gold, kind=question.kind,
-                  rounds=[[regrade_turn(t, question, classes) for t in turns] for turns in trace.rounds])
+    rounds: list[list[AgentTurn]] = []
+    for turns in trace.rounds:
+        before = {t.agent: t for t in rounds[-1]} if rounds else {}
+        rounds.append([kept_answer(t, before[t.agent]) if t.silent and t.agent in before
+                       else regrade_turn(t, question, classes) for t in turns])
+    out = replace(trace, gold=question.gold, kind=question.kind, rounds=rounds)
     out.discarded_rounds = [[regrade_turn(t, question, classes) for t in turns]
                             for turns in trace.discarded_rounds]
     if trace.failed or not out.rounds:

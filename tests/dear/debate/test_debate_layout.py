@@ -251,3 +251,34 @@ def test_silent_turns_leave_no_exchange_in_the_multiturn_conversation():
     r0, r2 = be.calls[0][0], be.calls[1][0]
     assert [m.role for m in r2.messages] == ["system", "user", "assistant", "user"]
     assert r2.messages[:2] == r0.messages
+
+
+def test_a_silent_turn_keeps_a_cut_answer_unanswered_in_the_engine_and_in_a_regrade():
+    """A round-0 text cut at the token limit without a marked answer is no answer; the agent's silent turns repeat
+    that text, and must keep it unanswered (parsed as an uncut text, its last number would become an answer)."""
+    from dear.debate.regrade import regrade_trace
+
+    cut = "Reasoning: 3 ducks lay 6 eggs, so 18 is"
+
+    def script(r):
+        if r.metadata["agent"] == 0:
+            return Completion(cut, 10, 384, "length", 0.01)
+        return answer_text(r.metadata["agent"], r.metadata["round"], "7")
+
+    reads_nobody = np.array([[0, 0, 0], [0, 0, 1], [0, 1, 0]], dtype=bool)
+    eng = DebateEngine(FakeBackend(script), DebateConfig(n_agents=3, n_rounds=2, silent=True))
+    (d,) = eng.run([gsm(0)], FixedMaskProtocol(reads_nobody, 2, 0.7, 0.9))
+    assert prompts.extract(cut, gsm(0), truncated=False) == "18"  # what a re-parse of the text would find
+    for r in range(3):
+        t = d.trace.rounds[r][0]
+        assert (t.silent, t.answer, t.answer_key, t.correct) == (r > 0, None, None, False)
+    assert d.trace.final_answer == "7"
+    again = regrade_trace(d.trace, gsm(0), engine_seed=0)
+    assert [t.answer for turns in again.rounds for t in turns] == [t.answer for turns in d.trace.rounds for t in turns]
+    # a trace the earlier engine graded (its silent turns parsed the cut text) is mended by a re-grade
+    from dataclasses import replace
+
+    earlier = replace(d.trace, rounds=[[replace(t, answer="18", answer_key="18", correct=True) if t.silent else t
+                                        for t in turns] for turns in d.trace.rounds])
+    mended = regrade_trace(earlier, gsm(0), engine_seed=0)
+    assert [t.answer for t in mended.rounds[2]] == [None, "7", "7"] and not mended.rounds[2][0].correct
