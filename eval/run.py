@@ -551,7 +551,8 @@ class Evaluator:
     def label(self, spec: M.MethodSpec) -> str:
         """The report's label: DEAR methods carry the policy's training world, e.g. "DEAR (sim-trained)", and an
         extended policy's methods say so ("DEAR extended (sim-fitted)"), so a report that sets them beside the
-        paper's DEAR on the same questions (`eval.combine`) tells the two apart."""
+        paper's DEAR on the same questions (`eval.combine`) tells the two apart; a policy that observes the agents'
+        profiles says so too ("DEAR+profiles (sim-fitted)")."""
         if not spec.needs_checkpoint or self.ckpt is None:
             return spec.label
         name = spec.label
@@ -559,6 +560,8 @@ class Evaluator:
             # its random control draws its stop and kinds too, not only a mask
             name = "DEAR extended random (action frequencies)" if spec.selection_mode == "random" \
                 else name.replace("DEAR", "DEAR extended", 1)
+        if self.ckpt.policy_config.profiles:
+            name = name.replace("DEAR", "DEAR+profiles", 1)
         return f"{name} ({self.s.policy_world or self.ckpt.world})"
 
     def collect(self) -> Collected:

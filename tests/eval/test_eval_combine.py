@@ -118,3 +118,32 @@ def test_one_benchmark_from_two_directories_shares_its_baselines(directory, tmp_
     flipped["mad"] = "MAD"  # the same label with other per-question results: not one round 0
     with pytest.raises(ValueError, match="method 'MAD' differs between"):
         combine.combine([directory, second], tmp_path / "refused")
+
+
+def test_a_directory_gives_only_the_methods_named_after_its_colon(directory, tmp_path):
+    results = combine.main([f"{directory}:majority,dear", "--out", str(tmp_path / "all"), "--n-boot", "100"])
+    assert [r.method for r in results] == ["majority", "dear"]
+    (source,) = json.loads((tmp_path / "all" / "sources.json").read_text())
+    assert source["methods"] == ["majority", "dear"] and source["directory"] == str(directory)
+    with pytest.raises(ValueError, match=r"no method 'sc' in its results \(it has majority, mad, dear\)"):
+        combine.main([f"{directory}:sc", "--out", str(tmp_path / "none"), "--n-boot", "100"])
+    assert combine.split_argument("results/a:b/c") == (Path("results/a:b/c"), None)
+
+
+def test_another_pool_joins_with_its_pool_in_labels_and_keys(directory, tmp_path):
+    """A directory of the same questions whose pool is not the first directory's: its rows name their pool, and a
+    method the first pool has too keeps both rows under two keys."""
+    mixed = tmp_path / "mixed"
+    shutil.copytree(directory, mixed)
+    stored = json.loads((mixed / "run.json").read_text())
+    stored["settings"]["agent_profiles"] = ["sim:cot", "sim:cot", "sim:direct"]
+    stored["commands"][-1] += " --agent-profiles sim:cot,sim:cot,sim:direct"  # as eval.run records one
+    (mixed / "run.json").write_text(json.dumps(stored))
+    results = combine.main([str(mixed), f"{directory}:majority,mad", "--out", str(tmp_path / "all"),
+                            "--n-boot", "100"])
+    by_key = {r.method: r.label for r in results}
+    assert by_key["majority@pool sim:cot ×3"] == "Round-0 majority [pool sim:cot ×3]"
+    assert by_key["mad@pool sim:cot ×3"] == "MAD [pool sim:cot ×3]" and by_key["mad"] == "MAD"
+    md = (tmp_path / "all" / "summary.md").read_text()
+    assert "| Round-0 majority [pool sim:cot ×3] |" in md and "pool sim:cot ×2, sim:direct" in md
+    assert combine.describe_pool(["a", "a", "b", "a"]) == "a ×2, b, a"

@@ -426,3 +426,17 @@ def test_the_sim_is_refused_for_a_real_benchmark_before_any_call(tmp_path, extra
         eval_run.main(["--benchmarks", "synthetic,gsm8k", "--n", "2", "--methods", "cot", "--out", str(out),
                        "--no-progress", *extra])
     assert not out.exists()
+
+
+def test_a_profile_policy_says_so_in_its_labels(tmp_path):
+    """Two policies of one mixed pool, with and without the profile feature, must not share a label."""
+    from dear.export import export_policy
+    from dear.policy import JointPolicy, PolicyConfig
+
+    policy = export_policy(JointPolicy(PolicyConfig(n_agents=3, profiles=("cot", "direct"))), tmp_path / "p",
+                           encoder="hashing", training={"rounds": 2, "llm": "sim"})
+    out = tmp_path / "res"
+    eval_run.main(args(out, "--agent-profiles", "cot,cot,direct", methods="majority,dear,dear-random-mask", n=2,
+                       ckpt=policy))
+    labels = [r["label"] for r in rows(out).values()]
+    assert labels == ["Round-0 majority", "DEAR+profiles (sim-trained)", "DEAR+profiles random-mask (sim-trained)"]
