@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,28 +24,12 @@ import torch
 from safetensors.torch import load_file
 
 from dear.cli import run as run_cli
-from dear.policy import pair_order
+from dear.read_rates import ReadCounter, ReadRate, table
 from train.build import make_local_backend, make_policy, make_vector_env
 from train.checkpoint import latest_checkpoint
 from train.config import TrainConfig, load_config
 
 PROG = "python -m train.read_rates"
-
-
-@dataclass(frozen=True)
-class ReadRate:
-    """How often agents of profile `reader` read agents of profile `read` before exchange round `round`."""
-
-    round: int
-    reader: str
-    read: str
-    reads: int
-    pairs: int
-    probability: float  # mean P(read) the selection gave these pairs (NaN for the extended action set)
-
-    @property
-    def rate(self) -> float:
-        return self.reads / self.pairs if self.pairs else float("nan")
 
 
 def load_run_policy(run_dir: Path, cfg: TrainConfig):
@@ -70,8 +52,7 @@ def read_rates(cfg: TrainConfig, policy, episodes: int, seed: int) -> list[ReadR
     backend = make_local_backend(cfg)
     venv = make_vector_env(cfg, backend)
     names = [p.name for p in venv.config.agent_profiles] if venv.config.agent_profiles else None
-    reads, pairs, prob = Counter(), Counter(), Counter()
-    order = pair_order(cfg.env.n_agents)
+    counter = ReadCounter(cfg.env.n_agents)
     try:
         obs, _ = venv.reset(seed=[seed + k for k in range(episodes)])
         with torch.no_grad():
@@ -82,25 +63,21 @@ def read_rates(cfg: TrainConfig, policy, episodes: int, seed: int) -> list[ReadR
                 masks = act.mask.numpy()
                 # P(read) of each pair; the extended action set's pairs are conditional on a revise, so none
                 p = (policy.selection.distribution(selection).base_dist.probs.numpy() if not policy.extended
-                     else np.full((episodes, len(order)), np.nan))
+                     else np.full((episodes, len(counter.order)), np.nan))
                 for d, debate in enumerate(venv.debates):
                     who = [names[debate.pool_index(i)] if names else f"seat {i}" for i in range(cfg.env.n_agents)]
-                    for k, (i, j) in enumerate(order):
-                        pairs[r, who[i], who[j]] += 1
-                        reads[r, who[i], who[j]] += int(masks[d, i, j])
-                        prob[r, who[i], who[j]] += float(p[d, k])
+                    counter.add(r, who, masks[d], p[d])
                 obs, *_ = venv.step(act.env_action())
     finally:
         venv.close()
         backend.close()
-    return [ReadRate(r, a, b, reads[r, a, b], n, prob[r, a, b] / n) for (r, a, b), n in sorted(pairs.items())]
+    return counter.rates()
 
 
 def markdown(rates: Sequence[ReadRate], run_dir: Path, episodes: int, seed: int) -> str:
     lines = [f"Read rates of `{run_dir}` (latest checkpoint, deterministic, {episodes} test-split debates from seed "
              f"{seed}; rate = share of the pairs read, P(read) = the selection's mean probability for them):", "",
-             "| round | reader | reads | rate | P(read) | pairs |", "|---:|---|---|---:|---:|---:|"]
-    lines += [f"| {x.round} | {x.reader} | {x.read} | {x.rate:.2f} | {x.probability:.3f} | {x.pairs} |" for x in rates]
+             *table(rates)]
     return "\n".join(lines) + "\n"
 
 
