@@ -21,7 +21,7 @@ import numpy as np
 from dear import tasks
 from dear.debate import prompts
 from dear.debate.profiles import AgentProfile, as_profiles, profile_at
-from dear.debate.trace import AgentTurn, DebateTrace
+from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
 from dear.seeds import derive_seed  # noqa: F401  (re-exported: engine.derive_seed)
 from dear.tasks.equivalence import AnswerClasses
@@ -243,8 +243,7 @@ class Debate:
         all of round 0, and each later turn that was sent (a kept answer is not a new sample)."""
         if decision == "last-round" or not self.trace.rounds:
             return self.last_turns
-        rounds = self.trace.rounds
-        return list(rounds[0]) + [t for turns in rounds[1:] for t in turns if not t.silent]
+        return voting_turns(self.trace.rounds, decision)
 
     def vote_weights(self, decision: str) -> list[float] | None:
         """The voters' weights: None (one vote each), or under belief-weighted each voter's certainty in its round."""
@@ -897,6 +896,7 @@ class DebateEngine:
         if d.decision == "belief-weighted":
             self.weigher([d])
         tr.set_vote(d.vote(d.decision))
+        tr.decision = None if d.decision == "last-round" else d.decision
 
 
 # ---------------------------------------------------------------- summaries

@@ -3,8 +3,9 @@
 Every turn's answer is extracted again from its stored completion text (`prompts.extract`: the agent's own
 answer, never an echoed one; a letter that is not an option is no answer), normalised, grouped into the
 debate's answer classes in round/agent order (as the engine does while it runs) and graded against the gold
-answer. The final vote is then taken again over the last round: its score over tied leaders, and its seeded
-pick with the engine's own RNG (`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick.
+answer. The final vote is then taken again by the rule that took it (`decision_of`: the last round, or every new
+sample for a policy that votes over all answers): its score over tied leaders, and its seeded pick with the
+engine's own RNG (`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick.
 A trace that holds no vote (a stored round 0 that other debates continue) gets none.
 
 A silent turn (the agent read nobody and kept its previous turn, with no model call) keeps that turn's answer
@@ -16,6 +17,7 @@ conclusion texts the regulator read stay as stored.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from dear import tasks
 from dear.debate import prompts
 from dear.debate.engine import vote_seed_of
-from dear.debate.trace import AgentTurn, DebateTrace
+from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
 from dear.tasks.equivalence import AnswerClasses
 from dear.tasks.types import Question
 from dear.vote import vote
@@ -66,10 +68,28 @@ def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int) -> D
         return out
     if trace.final_score is None and not trace.vote_counts:
         return out  # never voted (a stored round 0 that later rounds continue), or nobody ever answered
-    last = out.rounds[-1]
+    decision = decision_of(trace)
+    if decision == "belief-weighted":
+        raise ValueError(f"debate {trace.debate_id}: a belief-weighted vote needs the certainties the regulator "
+                         "measured, which the trace does not hold; it cannot be re-voted")
+    voters = voting_turns(out.rounds, decision)
     rng = np.random.default_rng([vote_seed_of(engine_seed, trace.seed), len(out.rounds) - 1])
-    out.set_vote(vote([t.answer_key for t in last], [t.correct for t in last], rng))
+    out.set_vote(vote([t.answer_key for t in voters], [t.correct for t in voters], rng))
     return out
+
+
+def decision_of(trace: DebateTrace) -> str:
+    """The rule the trace's final vote was taken by: as recorded, else (a trace written before the rule was) the one
+    whose voters' stored answers give its stored vote counts. ValueError when neither does."""
+    if trace.decision is not None:
+        return trace.decision
+    stored = {k: v for k, v in trace.vote_counts.items() if v}
+    for decision in ("last-round", "all-answers"):
+        keys = Counter(t.answer_key for t in voting_turns(trace.rounds, decision) if t.answer_key is not None)
+        if dict(keys) == stored:
+            return decision
+    raise ValueError(f"debate {trace.debate_id}: its stored vote {stored} is neither its last round's nor its "
+                     "every sample's; cannot tell which rule to vote by")
 
 
 @dataclass(frozen=True)

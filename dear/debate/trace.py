@@ -7,7 +7,7 @@ rounds x agents views they work on.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,9 @@ class DebateTrace:
     # Which pool profile each agent ran (agent i = `DebateConfig.agent_profiles[pool_order[i]]`), when the pool's
     # order was shuffled for this debate; None = agent i ran profile i (and the key is not written).
     pool_order: list[int] | None = None
+    # The final vote's rule (dear.debate.engine.DECISIONS) when it is not the paper's last round; None = the last
+    # round, or a trace written before the rule was recorded (`dear.debate.regrade` then tells it from the vote).
+    decision: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -211,11 +214,12 @@ class DebateTrace:
 
     # ---- serialisation ----
     def to_dict(self) -> dict[str, Any]:
-        """Plain data; a turn without a profile has no profile keys and a debate in pool order no `pool_order` (a
-        debate without profiles is written as before profiles existed, byte for byte)."""
+        """Plain data; a turn without a profile has no profile keys, a debate in pool order no `pool_order` and one
+        decided by its last round no `decision` (such a debate is written as before those existed, byte for byte)."""
         d = asdict(self)
-        if d["pool_order"] is None:
-            del d["pool_order"]
+        for key in ("pool_order", "decision"):
+            if d[key] is None:
+                del d[key]
         for key in ("rounds", "discarded_rounds"):
             for turns in d[key]:
                 for turn in turns:
@@ -242,6 +246,16 @@ class DebateTrace:
     @classmethod
     def from_json(cls, s: str) -> DebateTrace:
         return cls.from_dict(json.loads(s))
+
+
+def voting_turns(rounds: Sequence[Sequence[AgentTurn]], decision: str = "last-round") -> list[AgentTurn]:
+    """The turns whose answers vote: the last round's, or (all-answers, belief-weighted) every turn that drew a new
+    sample — all of round 0, and each later turn that was sent (a silent turn's kept answer is not a new sample)."""
+    if not rounds:
+        return []
+    if decision == "last-round":
+        return list(rounds[-1])
+    return list(rounds[0]) + [t for turns in rounds[1:] for t in turns if not t.silent]
 
 
 def write_jsonl(traces: Iterable[DebateTrace], path: str | Path) -> int:

@@ -262,3 +262,32 @@ def test_training_handles_early_stops(tmp_path):
     assert decisions and all(len(c.kinds) == 3 and c.stop is not None for c in decisions)
     stopped = [r for r in results if len(r.trace.rounds) < 3]
     assert all(r.controls[-1].stop for r in stopped)
+
+
+def test_a_regrade_votes_again_by_the_rule_that_voted():
+    """A debate voted over every sample is re-voted over every sample, whether its trace records the rule or (a
+    trace written before it was recorded) the rule is told from its stored vote."""
+    from dataclasses import replace
+
+    from dear.debate.regrade import decision_of, regrade_trace
+
+    env = make_env(decision="all-answers")
+    env.reset(seed=[1, 2, 3, 4])
+    action = {"mask": np.ones((4, 6), np.int8), "behavior": np.zeros((4, 6), np.float32),
+              "kinds": np.array([[2, 2, 2], [0, 0, 0], [1, 1, 1], [0, 1, 2]], np.int8),
+              "stop": np.zeros(4, np.int8)}
+    env.step(action)
+    env.step(action)
+    fresh, revise = env.debates[:2]
+    for d in env.debates:
+        assert d.trace.decision == "all-answers" and d.trace.to_dict()["decision"] == "all-answers"
+        old = replace(d.trace, decision=None)  # as written before the rule was recorded
+        for trace in (d.trace, old):
+            again = regrade_trace(trace, d.question, engine_seed=0)
+            assert (again.vote_counts, again.final_score) == (d.trace.vote_counts, d.trace.final_score)
+    # fresh samples and revisions add voters; kept answers (silent) vote as the last round does
+    assert [decision_of(replace(d.trace, decision=None)) for d in (fresh, revise)] == ["all-answers"] * 2
+    assert sum(fresh.trace.vote_counts.values()) == 9
+    env.close()
+    with pytest.raises(ValueError, match="cannot tell which rule to vote by"):
+        decision_of(replace(fresh.trace, decision=None, vote_counts={"nonsense": 7}))
