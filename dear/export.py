@@ -249,13 +249,8 @@ def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy
     if cfg.n_agents != int(manifest.get("n_agents", -1)):
         raise ExportError(f"{mpath}: n_agents {manifest.get('n_agents')} != policy_config.n_agents {cfg.n_agents}")
     policy = JointPolicy(cfg)
-    tensors = _load_tensors(wpath, map_location)
-    for prefix, module in (("selection", policy.selection), ("behavior", policy.behavior)):
-        sd = {k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
-        try:
-            module.load_state_dict(sd)
-        except RuntimeError as e:
-            raise ExportError(f"{wpath}: {prefix} weights do not fit the manifest's layout: {e}") from None
+    load_actors(policy, _load_tensors(wpath, map_location), f"{wpath}: {{part}} weights do not fit the manifest's "
+                                                             "layout")
     policy.eval()
     return ExportedPolicy(policy=policy, manifest=manifest, path=root)
 
@@ -303,6 +298,17 @@ def _profile_vocabulary(env: dict[str, Any]) -> tuple[str, ...] | None:
     return feature_vocabulary(as_profiles(env.get("agent_profiles"), "env.agent_profiles"))
 
 
+def load_actors(policy: JointPolicy, tensors: dict[str, torch.Tensor], error: str) -> JointPolicy:
+    """Load the two actors' weights from one flat state dict (`selection.*`, `behavior.*`: an export's or a trainer
+    checkpoint's, whose critic keys are ignored). A mismatch raises ExportError(`error` with {part} filled in)."""
+    for part, module in (("selection", policy.selection), ("behavior", policy.behavior)):
+        try:
+            module.load_state_dict({k[len(part) + 1:]: v for k, v in tensors.items() if k.startswith(part + ".")})
+        except RuntimeError as e:
+            raise ExportError(error.format(part=part) + f": {e}") from None
+    return policy
+
+
 def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Export the actors of a trainer checkpoint (its config.yaml gives V, ranges, fusion, encoder) after
     verifying the checkpoint's checksums."""
@@ -338,9 +344,9 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"{ckpt / 'config.yaml'}: bad env/policy section: {type(e).__name__}: {e}") from None
     policy = JointPolicy(pcfg)
-    tensors = _load_tensors(ckpt / "model.safetensors")
-    for prefix, module in (("selection", policy.selection), ("behavior", policy.behavior)):
-        module.load_state_dict({k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + ".")})
+    load_actors(policy, _load_tensors(ckpt / "model.safetensors"),
+                f"{ckpt / 'model.safetensors'}: {{part}} weights do not fit a policy with n_agents={pcfg.n_agents} "
+                f"(is the V of {ckpt / 'config.yaml'} right?)")
     spec = llm.get("spec") or llm.get("preset", "")
     synthetic = str(spec).split(":", 1)[0] == "sim"
     encoder = env.get("encoder") or ("hashing" if synthetic else "minilm")

@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from dear.cli import run as run_cli
+from dear.export import load_actors
 from dear.read_rates import ReadCounter, ReadRate, table
 from train.build import make_local_backend, make_policy, make_vector_env
 from train.checkpoint import latest_checkpoint
@@ -37,12 +38,8 @@ def load_run_policy(run_dir: Path, cfg: TrainConfig):
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise ValueError(f"{run_dir}: no checkpoint (checkpoints/iter_*) to read")
-    policy = make_policy(cfg)
     weights = load_file(str(ckpt / "model.safetensors"))
-    for part in ("selection", "behavior"):
-        prefix = part + "."
-        getattr(policy, part).load_state_dict({k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)})
-    return policy.eval()
+    return load_actors(make_policy(cfg), weights, f"{ckpt}: {{part}} weights do not fit {run_dir / 'config.yaml'}").eval()
 
 
 def read_rates(cfg: TrainConfig, policy, episodes: int, seed: int) -> list[ReadRate]:
