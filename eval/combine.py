@@ -15,10 +15,11 @@ A benchmark may come from several directories only when they ran the same questi
 by question and are shown once. Real and synthetic (sim) directories are never combined.
 
 `DIR:METHOD,...` takes only those methods of a directory. A directory whose agent pool differs from the first
-directory's (`--agent-profiles`) may join on the same questions (same seeds, so its agents share the first pool's
-samples where their profiles agree): its rows say their pool in their label ("Self-consistency [pool local:cot
-×3]"), and a method key the first pool also has becomes "<key>@pool <pool>". E.g. a mixed pool beside its
-strongest agent's self-consistency, measured in a homogeneous run of the same questions:
+directory's (`--agent-profiles`) may join on the same questions, paired by question (same prompts and seeds, but
+not the same samples: a batched backend such as llama.cpp does not reproduce a completion across batches of other
+requests): its rows say their pool in their label ("Self-consistency [pool local:cot ×3]"), and a method key the
+first pool also has becomes "<key>@pool <pool>". E.g. a mixed pool beside its strongest agent's self-consistency,
+measured in a homogeneous run of the same questions:
 
     python -m eval.combine --out results/eval-gsm8k-mixed results/eval-gsm8k-mixed-n60 \\
         results/eval-gsm8k-n60-v2:majority,sc
