@@ -279,6 +279,7 @@ def test_a_silent_turn_keeps_a_cut_answer_unanswered_in_the_engine_and_in_a_regr
     from dataclasses import replace
 
     earlier = replace(d.trace, rounds=[[replace(t, answer="18", answer_key="18", correct=True) if t.silent else t
-                                        for t in turns] for turns in d.trace.rounds])
+                                        for t in turns] for turns in d.trace.rounds],
+                      vote_counts={"7": 2, "18": 1})  # the vote it took over those answers
     mended = regrade_trace(earlier, gsm(0), engine_seed=0)
     assert [t.answer for t in mended.rounds[2]] == [None, "7", "7"] and not mended.rounds[2][0].correct
