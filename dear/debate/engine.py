@@ -317,6 +317,19 @@ def debate_id_of(question: Question, seed: int) -> str:
     return f"{question.task}/{question.id}/s{seed}"
 
 
+def graded_answer(text: str, finish_reason: str, error: str | None, q: Question,
+                  style: str) -> tuple[str | None, str | None, bool, str]:
+    """A completion's answer, its normalised key, correctness and grader. A completion cut at the token limit
+    answers only where it marked an answer (prompts.extract); a failed call answers nothing; gold "" (inference)
+    grades nothing."""
+    answer = prompts.extract(text, q, truncated=finish_reason == "length", style=style) if error is None else None
+    key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
+    if answer is None or not q.gold:
+        return answer, key, False, "none"
+    g = tasks.grade(answer, q)
+    return answer, key, bool(g.correct), g.grader
+
+
 def vote_seed_of(engine_seed: int, debate_seed: int) -> int:
     """The seed of a debate's tie-break RNG (its round index is mixed in at each vote)."""
     return derive_seed(engine_seed, int(debate_seed), 0x5EED)
@@ -857,7 +870,7 @@ class DebateEngine:
             kept = p.debate.last_turns[p.agent]
             answer, key, correct, grader = kept.answer, kept.answer_key, kept.correct, kept.grader
         else:
-            answer, key, correct, grader = self._grade(text, c, q, profile.style)
+            answer, key, correct, grader = graded_answer(text, c.finish_reason, c.error, q, profile.style)
         return AgentTurn(
             agent=p.agent, round=int(req.metadata["round"]),
             messages=[{"role": m.role, "content": m.content} for m in req.messages],
@@ -873,18 +886,6 @@ class DebateEngine:
             silent=p.silent, fresh=p.fresh,
             **({"profile": profile.name, "style": profile.style} if self.config.agent_profiles is not None else {}),
         )
-
-    @staticmethod
-    def _grade(text: str, c: Completion, q: Question, style: str) -> tuple[str | None, str | None, bool, str]:
-        """A completion's answer, its normalised key, correctness and grader. A completion cut at the token limit
-        answers only where it marked an answer (prompts.extract); gold "" (inference) grades nothing."""
-        answer = prompts.extract(text, q, truncated=c.finish_reason == "length", style=style) \
-            if c.error is None else None
-        key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
-        if answer is None or not q.gold:
-            return answer, key, False, "none"
-        g = tasks.grade(answer, q)
-        return answer, key, bool(g.correct), g.grader
 
     def _finalize(self, d: Debate) -> None:
         tr = d.trace

@@ -22,25 +22,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dear import tasks
 from dear.debate import prompts
-from dear.debate.engine import vote_seed_of
+from dear.debate.engine import graded_answer, vote_seed_of
 from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
 from dear.tasks.equivalence import AnswerClasses
 from dear.tasks.types import Question
 from dear.vote import vote
 
 def regrade_turn(turn: AgentTurn, question: Question, classes: AnswerClasses) -> AgentTurn:
-    """`turn` with its answer, key, grade and grader recomputed from its stored text."""
-    answer = None
-    if turn.error is None:
-        answer = prompts.extract(turn.text, question, truncated=turn.finish_reason == "length",
-                                 style=turn.style or prompts.DEFAULT_STYLE)  # the style it was prompted in
-    key = classes.canonical(tasks.normalize_answer(answer, question.kind)) if answer is not None else None
-    correct, grader = False, "none"
-    if answer is not None and question.gold:
-        g = tasks.grade(answer, question)
-        correct, grader = bool(g.correct), g.grader
+    """`turn` with its answer, key, grade and grader recomputed from its stored text, as the engine grades it."""
+    answer, key, correct, grader = graded_answer(turn.text, turn.finish_reason, turn.error, question,
+                                                 turn.style or prompts.DEFAULT_STYLE)  # the style it was prompted in
+    key = classes.canonical(key) if key is not None else None
     return replace(turn, answer=answer, answer_key=key, correct=correct, grader=grader)
 
 
