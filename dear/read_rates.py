@@ -55,8 +55,13 @@ class ReadCounter:
                 for (r, a, b), n in sorted(self.pairs.items())]
 
 
+def probability_cell(p: float) -> str:
+    """Three decimals, or two significant digits below 0.001, so a tiny probability does not read as zero."""
+    return f"{p:.3f}" if p == 0 or p >= 0.001 else f"{p:.1e}"
+
+
 def table(rates: Sequence[ReadRate]) -> list[str]:
     """The rates as a Markdown table."""
     return (["| round | reader | reads | rate | P(read) | pairs |", "|---:|---|---|---:|---:|---:|"]
-            + [f"| {x.round} | {x.reader} | {x.read} | {x.rate:.2f} | {x.probability:.3f} | {x.pairs} |"
+            + [f"| {x.round} | {x.reader} | {x.read} | {x.rate:.2f} | {probability_cell(x.probability)} | {x.pairs} |"
                for x in rates])

@@ -190,8 +190,8 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000,
     if len({s.synthetic for s in sources}) > 1:
         kinds = ", ".join(f"{s.path} ({'synthetic' if s.synthetic else 'real'})" for s in sources)
         raise ValueError(f"real and synthetic results are never combined: {kinds}")
-    results, origin = merge_sources([(source.path, *taken_results(source, report_source(source), sources[0].pool))
-                                     for source in sources])
+    taken = [taken_results(source, report_source(source), sources[0].pool) for source in sources]
+    results, origin = merge_sources([(source.path, *t) for source, t in zip(sources, taken)])
     synthetic = sources[0].synthetic
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "sources.json",
@@ -208,14 +208,16 @@ def combine(paths: Sequence[Path], out: Path, seed: int = 0, n_boot: int = 2000,
                   + f"(pool {describe_pool(s.pool)}; its summary.md has the model, checkpoint, settings and "
                   f"failures): `{s.command}`" for s in sources],
         "generation_s": _generation_seconds(sources, origin),
+        "agent_profiles": any(len(set(s.pool)) > 1 for s in sources),  # a mixed pool: the per-agent section
     }
     md = report.markdown(results, meta, seed=seed, n_boot=n_boot)
-    for s in sources:  # each re-graded source's "what moved" note, under its directory's name
+    for s, (own, _) in zip(sources, taken):  # each re-graded source's "what moved" note, of its own rows
         record = report.read_regrade_record(s.path)
-        if record is not None:
-            note = report.moved_note(record, {f"{r.benchmark}/{r.method}": (r.summary.accuracy.mean,
-                                                                            r.summary.accuracy_seeded.mean)
-                                              for r in results if s.path in origin.get(r.benchmark, ())})
+        if record is not None:  # keyed as in the source (its regrade.json), not as renamed beside other sources
+            keys = {f"{r.benchmark}/{r.method}": r for r in own}
+            note = report.moved_note(record, {k: (r.summary.accuracy.mean, r.summary.accuracy_seeded.mean)
+                                              for k, r in keys.items()},
+                                     n_now={k: r.summary.n for k, r in keys.items()})
             md += "\n" + "\n".join([note[0] + f" (`{s.path}`)", *note[1:]])
     (out / "summary.md").write_text(md, encoding="utf-8")
     plots.write_all(results, out, synthetic=synthetic)

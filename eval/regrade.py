@@ -103,21 +103,25 @@ def file_summary(changes: Sequence[TraceChange]) -> dict[str, Any]:
                                if c.old_final != c.new_final or c.old_correct != c.new_correct]}
 
 
-def _summary_accuracy(path: Path, columns: Sequence[str] = ("benchmark", "method")) -> dict[str, float]:
-    """{"benchmark/method": accuracy} of a summary.csv (the numbers a report published)."""
+def _summary_accuracy(path: Path, columns: Sequence[str] = ("benchmark", "method"),
+                      value: str = "accuracy") -> dict[str, float]:
+    """{"benchmark/method": accuracy} of a summary.csv (the numbers a report published); `value="n"`: its
+    question counts."""
     if not path.exists():
         return {}
     with path.open(encoding="utf-8") as f:
-        return {"/".join(row[c] for c in columns): float(row["accuracy"]) for row in csv.DictReader(f)
-                if row.get("accuracy") not in (None, "")}
+        return {"/".join(row[c] for c in columns): float(row[value]) for row in csv.DictReader(f)
+                if row.get(value) not in (None, "")}
 
 
 def write_record(root: Path, files: dict[str, dict[str, Any]], before: dict[str, float],
-                 before_interventions: dict[str, float] | None = None) -> dict[str, Any]:
-    """regrade.json: the first re-grade's `before` accuracies (of summary.csv and interventions.csv) are kept;
-    each run appends its changes."""
+                 before_interventions: dict[str, float] | None = None,
+                 before_n: dict[str, float] | None = None) -> dict[str, Any]:
+    """regrade.json: the first re-grade's `before` accuracies (of summary.csv and interventions.csv) and the
+    questions each was measured on (`before_n`) are kept; each run appends its changes."""
     path = root / REGRADE_RECORD
     record = read_regrade_record(root) or {"before": before, "before_interventions": before_interventions or {},
+                                           "before_n": {k: int(n) for k, n in (before_n or {}).items()},
                                            "runs": []}
     record["runs"].append({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "files": files,
                            "math_equivalence_checks": STATS.checks, "math_equivalence_undecided": STATS.undecided})
@@ -131,12 +135,13 @@ def regrade_eval_dir(root: Path, questions: QuestionIndex) -> dict[str, Any]:
     seed = int(run_json["settings"]["seed"])
     before = _summary_accuracy(root / "summary.csv")
     before_interventions = _summary_accuracy(root / "interventions.csv")
+    before_n = _summary_accuracy(root / "summary.csv", value="n")
     files = {}
     for path in sorted((root / "traces").glob("*/*.jsonl")):
         if path.name.endswith(".regulator.jsonl"):
             continue
         files[str(path.relative_to(root))] = file_summary(regrade_file(path, seed, questions))
-    record = write_record(root, files, before, before_interventions)
+    record = write_record(root, files, before, before_interventions, before_n)
     rebuild_eval_reports(root, run_json)
     return record
 

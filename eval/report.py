@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -394,11 +394,19 @@ def read_regrade_record(root: Path) -> dict[str, Any] | None:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
+def questions_then(record: dict[str, Any], key: str, before: str = "before") -> int | None:
+    """How many questions row `key` had when its `before` accuracy was published (the summary's n, as the record
+    stored it; None for a record older than that, which `eval.regrade` did not yet keep)."""
+    stored = record.get(f"{before}_n", {}).get(key)
+    return int(stored) if stored is not None else None
+
+
 def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]],
-               before: str = "before") -> list[str]:
+               before: str = "before", n_now: Mapping[str, int] | None = None) -> list[str]:
     """Markdown lines of the "what moved" note of a re-graded directory: per row, the accuracy its report
     published before the first re-grade (seeded tie pick, the old parser) and today's (ties as expected
-    values; seeded pick, NaN where not computed)."""
+    values; seeded pick, NaN where not computed). With `n_now`, each row also says on how many questions each
+    was measured: a directory that gained questions after its re-grade compares two question sets."""
     first, last = record["runs"][0], record["runs"][-1]
     turns = sum(f["turns_changed"] for f in first["files"].values())
     finals = sum(len(f["finals_changed"]) for f in first["files"].values())
@@ -408,10 +416,19 @@ def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]],
               "equivalent answers and voted again with ties as expected values; no model was called. It changed "
               f"{turns} agent answers or grades and the final answer of {finals} debates (every trace file, "
               f"retried debates included). Math equivalence checks: {last['math_equivalence_checks']}; undecided "
-              f"(timeout or error, counted as different answers): {last['math_equivalence_undecided']}."), "",
-             "| Row | accuracy % before (seeded tie pick, old parser) | now (ties as expected values) | "
-             "now (seeded tie pick) |", "|---|---|---|---|"]
+              f"(timeout or error, counted as different answers): {last['math_equivalence_undecided']}."), ""]
+    header = ["Row", "accuracy % before (seeded tie pick, old parser)", "now (ties as expected values)",
+              "now (seeded tie pick)"]
+    if n_now is not None:
+        lines += [("Questions then → now: where they differ, the directory gained questions after the re-grade and "
+                   "the two accuracies are of different question sets (not a change the re-grade made)."), ""]
+        header.append("questions then → now")
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, (expected, seeded) in accuracy.items():
         old = record.get(before, {}).get(key)
-        lines.append(f"| {key} | {_pct(old) if old is not None else '–'} | {_pct(expected)} | {_pct(seeded)} |")
+        cells = [key, _pct(old) if old is not None else "–", _pct(expected), _pct(seeded)]
+        if n_now is not None:
+            then = questions_then(record, key, before) if old is not None else None
+            cells.append(f"{then if then is not None else '–'} → {n_now.get(key, '–')}")
+        lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]

@@ -125,7 +125,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sc-samples", type=int, help="self-consistency samples (default V*(R+1): MAD's call budget)")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for CIs")
-    backend = add_backend_args(p, speculative=True, agent_profiles=True)
+    backend = add_backend_args(p, speculative=True, agent_profiles=True, sim_world=True)
     backend.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
     backend.add_argument("--no-cache", action="store_true", help="do not use a response cache")
     add_debate_args(p, n_agents=None, n_agents_note="default: the checkpoint's, else 3", n_rounds=None,
@@ -324,9 +324,7 @@ class Evaluator:
         from dear.llm.cache import CachedBackend
         from dear.llm.registry import make_backend
 
-        # --parallel, --n-ctx, --speculative are llama.cpp settings: other kinds of a profile's backend do without
-        same = spec == self.s.llm or spec.split(":")[0] in ("local", "smoke")
-        inner = make_backend(spec, **(self.s.backend_options if same else {}))
+        inner = make_backend(spec, **options_for(spec, self.s.llm, self.s.backend_options))
         cache = self.s.cache if self.s.cache is not None else str(Path(self.s.out) / "cache.sqlite")
         return CachedBackend(inner, cache) if cache else inner
 
@@ -656,7 +654,7 @@ class Evaluator:
         if regraded is not None:
             md += "\n" + "\n".join(report.moved_note(regraded, {
                 f"{r.benchmark}/{r.method}": (r.summary.accuracy.mean, r.summary.accuracy_seeded.mean)
-                for r in results}))
+                for r in results}, n_now={f"{r.benchmark}/{r.method}": r.summary.n for r in results}))
         (out / "summary.md").write_text(md, encoding="utf-8")
         plots.write_all(results, out, synthetic=synthetic)
         run_json["synthetic"] = synthetic
@@ -768,6 +766,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         opts["n_ctx"] = a.n_ctx
     if a.speculative:
         opts["speculative"] = a.speculative
+    opts.update(_sim_world(a, backend_specs(profiles) if profiles else [x.strip() for x in a.llm.split(",")]))
     layout = a.layout or DebateConfig.layout
     return EvalSettings(
         benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, n_agents=n_agents,
@@ -779,6 +778,34 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         checkpoint_sha256=ckpt.sha256 if ckpt else None, layout=layout, policy_sampling=a.policy_sampling,
         policy_world=a.policy_world, agent_profiles=[p.name for p in profiles] if profiles else None,
     )
+
+
+SIM_OPTIONS = ("params_file", "text_bank")  # --sim-params, --sim-text-bank: the sim backend's world
+
+
+def options_for(spec: str, llm: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The backend options one backend of the run takes: the world's files only the sim backend; --parallel,
+    --n-ctx, --speculative (llama.cpp settings) the run's --llm backend and any local/smoke one."""
+    kind = spec.split(":")[0]
+    if kind == "sim":
+        return {k: v for k, v in options.items() if k in SIM_OPTIONS}
+    llama = {k: v for k, v in options.items() if k not in SIM_OPTIONS}
+    return llama if spec == llm or kind in ("local", "smoke") else {}
+
+
+def _sim_world(a: argparse.Namespace, specs: Sequence[str]) -> dict[str, str]:
+    """--sim-params / --sim-text-bank as backend options, checked: existing files, and a sim backend to take them."""
+    given = {"params_file": (a.sim_params, "--sim-params"), "text_bank": (a.sim_text_bank, "--sim-text-bank")}
+    opts = {}
+    for key, (value, flag) in given.items():
+        if value is None:
+            continue
+        if not any(s.split(":")[0] == "sim" for s in specs):
+            raise ValueError(f"{flag} sets the sim backend's world, but no agent runs on --llm sim")
+        if not Path(value).is_file():
+            raise ValueError(f"{flag}: no such file {value}")
+        opts[key] = str(value)
+    return opts
 
 
 def _directory_checkpoint(out: str | None) -> str | None:

@@ -96,9 +96,10 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
                      max_tokens: int | Flag = 512, max_tokens_note: str = "",
                      parallel: int | None | Flag = None, parallel_note: str = "",
                      n_ctx: int | None | Flag = None, speculative: bool = False, speculative_note: str = "",
-                     agent_profiles: bool = False) -> Group:
-    """--llm, --max-tokens, the llama.cpp settings --parallel, --n-ctx, --speculative (the last on request), and
-    --agent-profiles (on request)."""
+                     agent_profiles: bool = False, sim_world: bool = False) -> Group:
+    """--llm, --max-tokens, the llama.cpp settings --parallel, --n-ctx, --speculative (the last on request),
+    --agent-profiles (on request) and the simulated backend's world, --sim-params and --sim-text-bank (on
+    request; a train config's `llm.options.params_file` and `text_bank`)."""
     group = parser.add_argument_group("backend")
     _add(group, "--llm", llm, _help(f"backend spec (dear.llm.registry): {backend_specs()}", llm_note, llm),
          type=_backend_spec)
@@ -118,6 +119,13 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
                                       f"--llm spec (default --llm), STYLE one of {', '.join(STYLES)} (direct = the "
                                       f"final answer alone, no reasoning), MAX_TOKENS the agent's completion limit "
                                       f"(default --max-tokens); e.g. {EXAMPLE}; one per agent"))
+    if sim_world:
+        group.add_argument("--sim-params", metavar="FILE",
+                           help="the sim backend's world: a SimParams JSON, e.g. a fitted world's "
+                                "worlds/gsm8k-mixed/sim_params_synthetic_texts.json (default: the built-in world)")
+        group.add_argument("--sim-text-bank", metavar="FILE",
+                           help="the sim backend's text bank (a fitted world's text_bank.json.gz): real "
+                                "completions its agents write")
     return group
 
 

@@ -146,4 +146,22 @@ def test_another_pool_joins_with_its_pool_in_labels_and_keys(directory, tmp_path
     assert by_key["mad@pool sim:cot ×3"] == "MAD [pool sim:cot ×3]" and by_key["mad"] == "MAD"
     md = (tmp_path / "all" / "summary.md").read_text()
     assert "| Round-0 majority [pool sim:cot ×3] |" in md and "pool sim:cot ×2, sim:direct" in md
+    assert "## Per agent" in md and "Who moved to whose answer" in md  # a mixed pool's per-agent report
     assert combine.describe_pool(["a", "a", "b", "a"]) == "a ×2, b, a"
+
+    # each re-graded source's "what moved" note holds its own rows, under its own keys (not the renamed ones)
+    run = {"date": "2026-01-01 00:00 UTC", "files": {}, "math_equivalence_checks": 0, "math_equivalence_undecided": 0}
+    (directory / "regrade.json").write_text(json.dumps({"before": {"synthetic/mad": 0.25}, "runs": [run]}))
+    try:
+        combine.main([str(mixed), f"{directory}:majority,mad", "--out", str(tmp_path / "noted"), "--n-boot", "100"])
+    finally:
+        (directory / "regrade.json").unlink()
+    note = (tmp_path / "noted" / "summary.md").read_text().split("what moved")[1]
+    rows = [line.split(" | ")[0] for line in note.splitlines() if line.startswith("| synthetic/")]
+    assert rows == ["| synthetic/majority", "| synthetic/mad"]  # not the mixed pool's rows, nor a renamed key
+    mad_row = next(line for line in note.splitlines() if line.startswith("| synthetic/mad |"))
+    assert mad_row.startswith(f"| synthetic/mad | 25.0 | {100 * by_mad_accuracy(results):.1f} |")
+
+
+def by_mad_accuracy(results) -> float:
+    return next(r.summary.accuracy.mean for r in results if r.method == "mad@pool sim:cot ×3")

@@ -41,3 +41,10 @@ def test_the_rates_come_back_from_the_log_and_only_for_the_policy_that_ran(tmp_p
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match=r"dear.regulator.jsonl:2: round 1: the logged mask is not the mode"):
         read_probabilities.main([str(out)])
+
+
+def test_a_tiny_read_probability_does_not_print_as_zero():
+    from dear.read_rates import probability_cell
+
+    assert probability_cell(4.25e-05) == "4.3e-05" and probability_cell(0.0) == "0.000"
+    assert probability_cell(0.95) == "0.950" and probability_cell(0.001) == "0.001"
