@@ -29,7 +29,7 @@ from scipy.stats import binomtest
 from dear.atomic import write_json
 from dear.cli import command_line
 from dear.cli import run as run_cli
-from dear.debate.profiles import AgentProfile, parse_profile
+from dear.debate.profiles import AgentProfile, parse_profile, without_backend
 from dear.metrics import paired_bootstrap_diff
 from eval import combine, report
 from eval import run as eval_run
@@ -85,8 +85,7 @@ def style_of(name: str) -> str:
     """`local:direct:64` -> `direct:64`; profiles joined by "+" each lose their backend."""
     if name == NOBODY:
         return name
-    return "+".join(sorted(AgentProfile(None, parse_profile(n).style, parse_profile(n).max_tokens).name
-                           for n in name.split("+")))
+    return "+".join(sorted(without_backend(n) for n in name.split("+")))
 
 
 def sim_argv(settings: dict[str, Any], methods: Sequence[str], n: int, out: Path, params: Path,
