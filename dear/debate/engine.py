@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from dear import tasks
+from dear.confidence import confidence_dict
 from dear.debate import prompts
 from dear.debate.profiles import AgentProfile, as_profiles, profile_at
 from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
@@ -67,8 +68,13 @@ class DebateConfig:
     # regenerates alone (pruning then saves only prompt tokens); with silent, the mask also controls completions.
     silent: bool = False
     decision: str = "last-round"  # DECISIONS
+    # The model's own confidence (dear/confidence.py): None = not asked; k >= 0 = every call asks for its tokens'
+    # log-probabilities with k alternatives, and each turn records its confidence (or that the backend sent none).
+    logprobs: int | None = None
 
     def __post_init__(self):
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"DebateConfig.logprobs must be None or >= 0, got {self.logprobs}")
         if self.decision not in DECISIONS:
             raise ValueError(f"DebateConfig.decision must be one of {DECISIONS}, got {self.decision!r}")
         if self.n_agents < 1:
@@ -662,6 +668,7 @@ class DebateEngine:
             max_tokens=int(max_tokens),
             seed=derive_seed(*seed_parts),
             session=f"{d.debate_id}/agent{agent}",
+            logprobs=self.config.logprobs,
             metadata={
                 "debate_id": d.debate_id, "question_id": d.question.id, "task": d.question.task,
                 "agent": agent, "round": round_, "own_answer": own_answer,
@@ -883,9 +890,17 @@ class DebateEngine:
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self._backend_key(p.debate, p.agent)].model_id, max_tokens=req.max_tokens,
             guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
-            silent=p.silent, fresh=p.fresh,
+            silent=p.silent, fresh=p.fresh, confidence=self._confidence(p, c, text, answer),
             **({"profile": profile.name, "style": profile.style} if self.config.agent_profiles is not None else {}),
         )
+
+    def _confidence(self, p: _Pending, c: Completion, text: str, answer: str | None) -> dict | None:
+        """The turn's confidence record when the debate asks for one (None for a silent turn or a failed call)."""
+        if self.config.logprobs is None or p.silent or c.error is not None:
+            return None
+        missing = ("served from the response cache without log-probabilities" if c.cached
+                   else f"{self.backends[self._backend_key(p.debate, p.agent)].model_id} sent no log-probabilities")
+        return confidence_dict(c.logprobs, text, answer, missing)
 
     def _finalize(self, d: Debate) -> None:
         tr = d.trace

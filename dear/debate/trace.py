@@ -18,7 +18,7 @@ from dear.vote import VoteResult, key_correct, tally
 
 
 # AgentTurn fields written only when set (they came later; older traces and debates without profiles lack them).
-_UNSET_WHEN_NONE = ("profile", "style")
+_UNSET_WHEN_NONE = ("profile", "style", "confidence")
 
 
 @dataclass
@@ -59,6 +59,9 @@ class AgentTurn:
     # style; None in debates without profiles, and then left out of the JSON (traces stay as they were).
     profile: str | None = None
     style: str | None = None
+    # The model's own confidence in this completion (dear/confidence.py: summaries + compact per-token arrays, or
+    # {"missing": reason}); None when the debate did not ask for it (and then left out of the JSON).
+    confidence: dict[str, Any] | None = None
 
     @property
     def computed_prompt_tokens(self) -> int:

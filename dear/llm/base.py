@@ -28,6 +28,40 @@ class ChatRequest:
     # Structured facts about the debate turn (debate id, agent, round, the answers shown in the prompt).
     # Real LLM backends ignore it; the synthetic debater backend reads it instead of re-parsing prompts.
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # Ask for the sampled tokens' log-probabilities: None = don't; k >= 0 = each token's log-probability and its
+    # k most likely alternatives (`Completion.logprobs`). Not part of the response-cache key.
+    logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """The model's own log-probabilities of a completion, token by token, before sampling filters (temperature,
+    top-p): `chosen[i]` of the sampled token, `top[i]` the k highest of the vocabulary (descending; may include
+    the sampled one), `nbytes[i]` the token's UTF-8 length, which places it in the text."""
+
+    chosen: tuple[float, ...]
+    top: tuple[tuple[float, ...], ...]
+    nbytes: tuple[int, ...]
+
+    def __post_init__(self):
+        if not len(self.chosen) == len(self.top) == len(self.nbytes):
+            raise ValueError(f"TokenLogprobs: chosen, top and nbytes differ in length "
+                             f"({len(self.chosen)}, {len(self.top)}, {len(self.nbytes)})")
+
+    @classmethod
+    def from_openai(cls, content: Sequence[dict[str, Any]]) -> TokenLogprobs:
+        """From an OpenAI-style `choices[0].logprobs.content` list (llama.cpp, vLLM serve, hosted APIs)."""
+        chosen, top, nbytes = [], [], []
+        for entry in content:
+            chosen.append(float(entry["logprob"]))
+            top.append(tuple(float(t["logprob"]) for t in entry.get("top_logprobs") or ()))
+            raw = entry.get("bytes")
+            nbytes.append(len(raw) if raw is not None else len(str(entry.get("token", "")).encode("utf-8")))
+        return cls(tuple(chosen), tuple(top), tuple(nbytes))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TokenLogprobs:
+        return cls(tuple(d["chosen"]), tuple(tuple(t) for t in d["top"]), tuple(d["nbytes"]))
 
 
 @dataclass
@@ -40,6 +74,13 @@ class Completion:
     error: str | None = None  # set when the backend gave up on this request (after retries)
     cached: bool = False  # served from the response cache (dear/llm/cache.py): nothing was generated
     reused_prompt_tokens: int = 0  # prompt tokens whose KV state the server reused (prefix cache)
+    # The tokens' log-probabilities when the request asked for them and the server sent them; None otherwise
+    # (a caller that asked tells "not sent" from this None: it never stands for a made-up number).
+    logprobs: TokenLogprobs | None = None
+
+    def __post_init__(self):
+        if isinstance(self.logprobs, dict):  # a response-cache entry (dataclasses.asdict) read back
+            self.logprobs = TokenLogprobs.from_dict(self.logprobs)
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dear.llm.base import GENERATED_TOKENS, Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import GENERATED_TOKENS, Backend, BackendError, ChatRequest, Completion, TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,9 @@ def request_payload(request: ChatRequest, extra: dict[str, Any] | None = None) -
         body["seed"] = request.seed
     if request.stop:
         body["stop"] = list(request.stop)
+    if request.logprobs is not None:
+        body["logprobs"] = True
+        body["top_logprobs"] = int(request.logprobs)
     if extra:
         body.update(extra)
     return body
@@ -122,7 +125,20 @@ def parse_chat_response(data: Any, latency_s: float) -> Completion:
         finish_reason=finish_reason,
         latency_s=latency_s,
         reused_prompt_tokens=reused_prompt_tokens(data),
+        logprobs=token_logprobs(choice),
     )
+
+
+def token_logprobs(choice: dict[str, Any]) -> TokenLogprobs | None:
+    """The OpenAI-style `logprobs.content` of a choice, None when the server sent none or sent it malformed."""
+    content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if not content:
+        return None
+    try:
+        return TokenLogprobs.from_openai(content)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("ignoring malformed logprobs (%s)", exc)
+        return None
 
 
 def reused_prompt_tokens(data: dict[str, Any]) -> int:
@@ -159,6 +175,7 @@ class _StreamedChat:
     def __init__(self, closing: threading.Event):
         self._closing = closing
         self._parts: list[str] = []
+        self._logprobs: list[dict[str, Any]] = []  # each streamed token's OpenAI-style logprobs entry
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._timings: dict[str, Any] | None = None
@@ -179,6 +196,7 @@ class _StreamedChat:
                 self._parts.append(delta["content"])
                 self.streamed_tokens += 1  # llama.cpp streams one token per chunk
                 GENERATED_TOKENS.add(1)
+            self._logprobs.extend((choice.get("logprobs") or {}).get("content") or ())
             if choice.get("finish_reason"):
                 self._finish_reason = choice["finish_reason"]
         self._usage = chunk.get("usage") or self._usage
@@ -194,8 +212,11 @@ class _StreamedChat:
             return {"error": self._error}
         if self._finish_reason is None:
             return {"error": {"message": "the stream ended without a finish reason"}}
+        choice: dict[str, Any] = {"message": {"content": "".join(self._parts)}, "finish_reason": self._finish_reason}
+        if self._logprobs:
+            choice["logprobs"] = {"content": self._logprobs}
         body: dict[str, Any] = {
-            "choices": [{"message": {"content": "".join(self._parts)}, "finish_reason": self._finish_reason}],
+            "choices": [choice],
             "usage": self._usage or {},
         }
         if self._timings is not None:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion, count_generated
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion, TokenLogprobs, count_generated
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class VLLMBackend(Backend):
             max_tokens=request.max_tokens,
             seed=request.seed,
             stop=list(request.stop) or None,
+            logprobs=request.logprobs,  # None: none; k: the sampled token's and the k most likely
         )
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
@@ -81,7 +82,7 @@ class VLLMBackend(Backend):
             ]
         latency = time.perf_counter() - started  # vLLM decodes the batch together: one wall time for all
         completions = []
-        for out in outputs:
+        for req, out in zip(requests, outputs):
             gen = out.outputs[0]
             completions.append(
                 Completion(
@@ -92,6 +93,7 @@ class VLLMBackend(Backend):
                     latency_s=latency,
                     # automatic prefix caching: prompt tokens whose KV blocks were reused
                     reused_prompt_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),
+                    logprobs=vllm_token_logprobs(gen, self._tokenizer, req.logprobs),
                 )
             )
         return count_generated(completions)
@@ -101,3 +103,19 @@ class VLLMBackend(Backend):
 
     def close(self) -> None:
         self._llm = None
+
+
+def vllm_token_logprobs(gen, tokenizer, k: int | None) -> TokenLogprobs | None:
+    """vLLM's per-position `{token_id: Logprob}` maps as TokenLogprobs: each map holds the k most likely tokens
+    (rank 1..k) and the sampled one (rank > k when it is not among them)."""
+    positions = getattr(gen, "logprobs", None)
+    if k is None or not positions:
+        return None
+    chosen, top, nbytes = [], [], []
+    for token_id, alternatives in zip(gen.token_ids, positions):
+        chosen.append(float(alternatives[token_id].logprob))
+        ranked = sorted((lp for lp in alternatives.values() if lp.rank is not None and lp.rank <= k),
+                        key=lambda lp: lp.rank)
+        top.append(tuple(float(lp.logprob) for lp in ranked))
+        nbytes.append(len(tokenizer.decode([token_id]).encode("utf-8")))
+    return TokenLogprobs(tuple(chosen), tuple(top), tuple(nbytes))

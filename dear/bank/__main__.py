@@ -1,0 +1,109 @@
+"""Sample banks of the model's real samples (dear/bank/store.py).
+
+    python -m dear.bank build --llm local --benchmark gsm8k --split test --n 200 --samples 9
+    python -m dear.bank show [--bank DIR]
+    python -m dear.bank verify [--bank DIR]
+
+`build` is resumable: stop it any time (Ctrl-C keeps the questions that finished) and run the same command again;
+a larger `--n` extends the shelf with the next questions of the same seeded subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from dear.bank.build import DEFAULT_TOP_LOGPROBS, BuildPlan, build, model_identity
+from dear.bank.store import Bank, ShelfKey
+from dear.cli import command_line, require_at_least
+from dear.cli import run as run_cli
+from dear.debate.cli_args import add_backend_args
+from dear.debate.prompts import STYLES
+from dear.tasks import task_names
+
+PROG = "python -m dear.bank"
+DEFAULT_BANK = Path("banks/qwen2.5-coder-1.5b-instruct-q4_k_m")  # the embedded model's committed bank
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build or extend a shelf with a live model (resumable)")
+    b.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
+    b.add_argument("--benchmark", choices=task_names(), required=True)
+    b.add_argument("--split", default=None, help="the benchmark's split (default: its evaluation split)")
+    b.add_argument("--n", type=int, required=True, help="questions: the first n of the split's seeded shuffle")
+    b.add_argument("--samples", type=int, default=9, help="samples per question (default %(default)s)")
+    b.add_argument("--profile", choices=STYLES, default="cot", help="the agents' reply style (default %(default)s)")
+    b.add_argument("--temperature", type=float, default=0.7, help="(default %(default)s)")
+    b.add_argument("--top-p", type=float, default=0.9, help="(default %(default)s)")
+    b.add_argument("--top-logprobs", type=int, default=DEFAULT_TOP_LOGPROBS,
+                   help="alternatives per token in the log-probabilities (default %(default)s)")
+    b.add_argument("--subset-seed", type=int, default=0, help="seed of the question subset (default %(default)s)")
+    b.add_argument("--seed", type=int, default=0, help="engine seed (default %(default)s)")
+    b.add_argument("--max-in-flight", type=int, default=2, help="questions sampled at once (default %(default)s)")
+    add_backend_args(b, max_tokens=384, parallel=9, n_ctx=1024)
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    b.add_argument("-v", "--verbose", action="store_true", help="log each question")
+    for name, text in (("show", "list the shelves: questions, samples, accuracy, size"),
+                       ("verify", "check every shelf against its manifest checksum")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
+    return p.parse_args(argv)
+
+
+def show(bank: Bank) -> str:
+    lines = [f"bank {bank.root}: model {bank.manifest['model_file']} (sha256 {bank.manifest['model_sha256'][:12]}…)",
+             "| shelf | questions | samples | accuracy | completion tokens/sample | with confidence | MB |",
+             "|---|---|---|---|---|---|---|"]
+    for key in bank.keys:
+        shelf = bank.shelf(key)
+        every = [s for q in shelf.questions for s in shelf.of(q)]
+        if not every:
+            continue
+        acc = 100 * sum(s.correct for s in every) / len(every)
+        comp = sum(s.completion_tokens for s in every) / len(every)
+        conf = sum(bool(s.confidence) and "missing" not in s.confidence for s in every)
+        lines.append(f"| {key.name} | {len(shelf.questions)} | {len(every)} | {acc:.1f} % | {comp:.0f} | "
+                     f"{conf} | {shelf.path.stat().st_size / 1e6:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.command == "show":
+        print(show(Bank.open(a.bank)))
+        return 0
+    if a.command == "verify":
+        bad = Bank.open(a.bank).verify()
+        print("every shelf matches its checksum" if not bad else f"damaged or missing: {', '.join(bad)}")
+        return 1 if bad else 0
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    require_at_least(a, 1, "n", "samples", "max_tokens", "parallel", "n_ctx", "max_in_flight")
+    require_at_least(a, 0, "top_logprobs")
+    from dear import tasks
+    from dear.llm.registry import make_backend
+
+    split = a.split or tasks.get_task(a.benchmark).default_split or "test"
+    key = ShelfKey(a.benchmark, split, a.profile, a.temperature, a.top_p, a.max_tokens)
+    model_file, sha = model_identity(a.llm)
+    bank = Bank.open(a.bank, model_file, sha)
+    plan = BuildPlan(key, a.n, a.samples, a.subset_seed, a.seed, a.top_logprobs)
+    options = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
+    generation = {"llm": a.llm, **options, "threads": os.environ.get("DEAR_LLAMA_THREADS", "auto"),
+                  "command": command_line(PROG, argv)}
+    backend = make_backend(a.llm, **options)
+    try:
+        build(bank, plan, backend, a.max_in_flight, generation, progress=not a.quiet)
+    finally:
+        backend.close()
+    print(show(bank))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, PROG)
