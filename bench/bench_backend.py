@@ -86,8 +86,7 @@ def main(argv=None) -> int:
     add_backend_args(p, llm="smoke", max_tokens=64, parallel=OMIT, n_ctx=2048)
     p.add_argument("--batch", type=int, default=3, help="requests per batch (= llama.cpp slots)")
     p.add_argument("--threads", type=int, default=None,
-                   help="llama.cpp threads (default: DEAR_LLAMA_THREADS if set, else the cores the machine's load "
-                        "leaves free)")
+                   help="llama.cpp threads (default: DEAR_LLAMA_THREADS if set, else every usable core)")
     p.add_argument("--skip-single", action="store_true", help="only the batch measurement")
     p.add_argument("--json", action="store_true", help="print one JSON line per measurement")
     args = p.parse_args(argv)

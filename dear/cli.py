@@ -3,17 +3,21 @@
 The traceback appears only with -v/--verbose. `python -m X` modules end with
 ``if __name__ == "__main__": run(main, "python -m X")``, and their code reports a user error by raising it
 (a ValueError naming the flag, file or line, or a missing file): `run` prints ``python -m X: error: ...``.
-The flags the CLIs share are declared once in dear.debate.cli_args."""
+A command-line mistake argparse finds (an unknown flag, a bad value, a missing argument) is answered the same
+way inside `run` and `exit_code`: its one error line and a hint to `--help` (`short_usage_errors`), not argparse's
+usage block, which buries the line that names the fix. The flags the CLIs share are declared once in
+dear.debate.cli_args."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 # Mistakes a user makes on the command line or in a file they named: a bad value, a missing path.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, NotADirectoryError,
@@ -30,18 +34,41 @@ def wants_traceback(argv: Sequence[str]) -> bool:
     return any(a in ("-v", "--verbose") for a in argv)
 
 
+def usage_hint(prog: str) -> str:
+    """The line under a command-line error: where the usage is."""
+    return f"run `{prog} --help` for usage"
+
+
+def _short_error(self: argparse.ArgumentParser, message: str):
+    """`ArgumentParser.error` as the CLIs answer: the error line and a hint to --help, exit code 2."""
+    self.exit(2, f"{self.prog}: error: {message}\n{usage_hint(self.prog)}\n")
+
+
+@contextlib.contextmanager
+def short_usage_errors() -> Iterator[None]:
+    """While inside: every argparse parser answers a command-line mistake with one error line and a hint to
+    `--help` instead of its usage block (exit code 2, as argparse). `exit_code` (so `run`) wraps `main` in it."""
+    original = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _short_error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+
+
 def exit_code(main: Callable[[], object], prog: str, *,
               errors: tuple[type[BaseException], ...] = USER_ERRORS,
               codes: Mapping[type[BaseException], int] | None = None,
               argv: Sequence[str] | None = None) -> int:
     """Run `main()` and return its exit code (its int result, else 0); a user error prints ``prog: error: ...``
-    and gives 2.
+    and gives 2, and so does a command-line mistake argparse finds (with a hint to `--help`; it raises SystemExit).
 
     `codes` maps other exception types to their own exit codes (checked first), e.g. a failed check = 1."""
     argv = sys.argv[1:] if argv is None else argv
     codes = dict(codes or {})
     try:
-        code = main()
+        with short_usage_errors():
+            code = main()
     except (*codes, *errors) as e:
         if wants_traceback(argv):
             traceback.print_exc()

@@ -221,6 +221,9 @@ def load_exported(path: str | Path, map_location: str = "cpu") -> ExportedPolicy
     """Load an exported artifact; checks format, version, weights hash and layout against the manifest."""
     root = Path(path)
     mpath, wpath = root / MANIFEST_FILE, root / WEIGHTS_FILE
+    if not root.exists():
+        raise ExportError(f"{root}: does not exist (an exported policy is a directory that `python -m dear.export "
+                          f"RUN_DIR OUT_DIR` writes)")
     if not mpath.exists() or not wpath.exists():
         hint = ""
         if (root / "checkpoints").is_dir() or (root / "config.yaml").exists():

@@ -14,7 +14,9 @@ No trainer, Ray or gym: an exported artifact (`python -m dear.export RUN OUT`) p
 
 With `--answer-field`, answers are graded and accuracy is printed; without it, gold is unknown and nothing is
 graded. The policy chooses who reads whom and each agent's temperature/top-p from round 1 on; round 0 uses
-the fixed `--temperature`/`--top-p` like training did. `--html` draws the debates just run as one page
+the fixed `--temperature`/`--top-p` like training did. The text output shows, per round and agent, what the agent did: a round-0
+sample, revise reading whom, keep (no call), a fresh sample, or not called (a round after the policy's stop), with
+T and top-p only where a model call was made. `--html` draws the debates just run as one page
 (dear/debate/picture.py, the picture `python -m dear.show` draws of a stored trace).
 """
 
@@ -31,19 +33,21 @@ from dear import tasks
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_output_args, add_policy_args
-from dear.debate.engine import Debate, DebateConfig, DebateEngine
-from dear.debate.picture import write_html
+from dear.debate import pot
+from dear.debate.engine import Debate, DebateConfig, DebateEngine, pot_on_synthetic_error
+from dear.debate.picture import turn_kind, write_html
 from dear.debate.profiles import AgentProfile, backend_specs, on_backend
-from dear.debate.trace import DebateTrace, write_jsonl
+from dear.debate.trace import AgentTurn, DebateTrace, write_jsonl
 from dear.deprecation import renamed_keyword
 from dear.evidence import make_encoder
-from dear.export import SHIPPED_POLICY, ExportedPolicy, choose_encoder, load_exported
+from dear.export import SHIPPED_POLICY, ExportedPolicy, ExportError, choose_encoder, load_exported
 from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
 from dear.llm.base import GENERATED_TOKENS
 from dear.llm.cache import CachedBackend
 from dear.progress import LiveProgress
 from dear.regulator import CertaintyWeigher, RegulatedProtocol, RegulatorRecord, decisions_json
+from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
 from dear.tasks import AnswerKind, Question
 
 log = logging.getLogger(__name__)
@@ -73,12 +77,14 @@ class InferenceResult:
 class RegulatedDebater:
     """Runs DEAR-regulated debates with an exported policy on one backend, or with `agent_profiles` (one per agent,
     dear/debate/profiles.py) on the backends they name, `llm` serving the profiles that name none (closes what it
-    opened)."""
+    opened). Program-of-thought agents (style `pot`) run their programs under `sandbox_limits` and show them to
+    peers with `show_programs` (DebateConfig); they need a real model (the synthetic backend is refused)."""
 
     def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, n_rounds: int | None = None,
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
-                 agent_profiles: Sequence[AgentProfile] | None = None, **backend_options):
+                 agent_profiles: Sequence[AgentProfile] | None = None,
+                 sandbox_limits: SandboxLimits = DEFAULT_LIMITS, show_programs: bool = True, **backend_options):
         n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # old keyword
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         self._key = key = llm if isinstance(llm, str) else "llm"  # the profiles' name of `llm`
@@ -90,7 +96,9 @@ class RegulatedDebater:
                                    n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
                                    silent=self.exported.silent, decision=self.exported.decision,
-                                   agent_profiles=profiles)
+                                   agent_profiles=profiles, sandbox_limits=sandbox_limits,
+                                   show_programs=show_programs)
+        refuse_pot_on_sim(profiles, llm, key)  # before the encoder and the backends load
         # a policy with the profile feature checks the pool now, before a backend loads (RegulatedProtocol)
         RegulatedProtocol(policy=self.exported.policy, encoder=None, config=self.config)
         # The policy saw features from its own encoder; another one changes its inputs (only when asked for).
@@ -150,6 +158,21 @@ class RegulatedDebater:
         self.close()
 
 
+def refuse_pot_on_sim(profiles: Sequence[AgentProfile] | None, llm: str | Backend, key: str) -> None:
+    """ValueError when a `pot` profile runs on the synthetic backend (`sim`), whose debaters write no programs (the
+    engine refuses it too, once the backends are built). `profiles` name their backends (`on_backend`), `key` being
+    `llm`'s name."""
+    for i, p in enumerate(profiles or ()):
+        if p.style != pot.STYLE:
+            continue
+        if p.backend == key and not isinstance(llm, str):
+            synthetic, name = llm.synthetic, llm.model_id
+        else:
+            synthetic, name = (p.backend or "").split(":")[0] == "sim", p.backend
+        if synthetic:
+            raise ValueError(pot_on_synthetic_error(i, p.name, name))
+
+
 def _profile_backend(spec: str, cache: str | Path | None, options: Mapping[str, object]) -> Backend:
     """A backend an agent profile names; the llama.cpp options (n_parallel, n_ctx) only for llama.cpp kinds."""
     backend = make_backend(spec, **(dict(options) if spec.split(":")[0] in ("local", "smoke") else {}))
@@ -176,6 +199,36 @@ def make_question(text: str, kind: AnswerKind = "numeric", choices: Sequence[str
         raise ValueError("kind 'choice' needs the option texts (choices)")
     return Question(id=qid, task="user", question=text.strip(), gold=gold, kind=kind,
                     choices=tuple(choices) if choices else None)
+
+
+def describe_turn(turn: AgentTurn) -> str:
+    """What one agent did in one round, as `dear.infer` prints it: its turn kind (round-0 sample, revise reading
+    whom, keep, fresh sample), T and top-p only where a model call was made, and the answer it ended with."""
+    kind = turn_kind(turn)
+    answer = "no answer" if turn.answer_key is None else turn.answer_key
+    if kind == "keep":  # no call: the sampling the policy set was never used
+        return f"agent {turn.agent}: keep (no call) -> {answer}"
+    what = {"sample": "sample", "fresh": "fresh sample"}.get(kind)
+    if what is None:
+        read = ", ".join(str(j) for j in turn.peers)
+        what = f"revise reading {'agent' if len(turn.peers) == 1 else 'agents'} {read}" if turn.peers \
+            else "revise reading nobody"
+    result = f"FAILED {turn.error}" if turn.error else answer
+    return f"agent {turn.agent}: {what}, T {turn.temperature:.2f}, top-p {turn.top_p:.2f} -> {result}"
+
+
+def describe_rounds(result: InferenceResult, n_rounds: int) -> list[str]:
+    """Per round its answers and, per agent, what the agent did (`describe_turn`); a round the debate did not run
+    (the policy stopped it, or a failure ended it) says that no agent was called."""
+    lines = []
+    for rnd, turns in enumerate(result.trace.rounds):
+        keys = [t.answer_key for t in turns]
+        lines.append(f"  round {rnd}: answers {['-' if k is None else k for k in keys]}")
+        lines += [f"    {describe_turn(t)}" for t in turns]
+    ran = len(result.trace.rounds) - 1
+    why = "a failed call ended the debate" if result.failed else f"the policy stopped the debate after round {ran}"
+    lines += [f"  round {rnd}: not called ({why})" for rnd in range(ran + 1, n_rounds + 1)]
+    return lines
 
 
 def _load_questions(a: argparse.Namespace) -> list[Question]:
@@ -224,7 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path:
             check_output_file(path, flag)  # before any debate runs, not after
     questions = _load_questions(a)
-    exported = load_exported(a.policy)
+    try:
+        exported = load_exported(a.policy)
+    except ExportError as e:
+        raise ExportError(f"--policy: {e}") from e
     options = {}
     if a.llm.split(":")[0] in ("local", "smoke"):
         options["n_parallel"] = a.parallel or max(1, min(16, len(questions) * exported.n_agents))
@@ -249,13 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = f"FAILED {r.error}" if r.failed else (
             "" if r.correct is None else ("correct" if r.correct else "wrong"))
         print(f"\n[{r.question_id}] answer: {r.answer}{' (tie)' if r.tie else ''} {status}".rstrip())
-        for rnd, keys in enumerate(r.answers_per_round):
-            line = f"  round {rnd}: answers {['-' if k is None else k for k in keys]}"
-            if rnd >= 1 and rnd - 1 < len(r.controls):
-                c = r.controls[rnd - 1]
-                reads = {i: [j for j, m in enumerate(row) if m] for i, row in enumerate(c.mask)}
-                line += (f" | reads {reads} | T {[round(t, 2) for t in c.temperature]}"
-                         f" | top-p {[round(p, 2) for p in c.top_p]}")
+        for line in describe_rounds(r, debater.config.n_rounds):
             print(line)
         print(f"  tokens {r.prompt_tokens + r.completion_tokens} (prompt {r.prompt_tokens}, "
               f"completion {r.completion_tokens})")

@@ -5,8 +5,8 @@
 
 TRACE.jsonl is a trace file as `eval.run` and `dear.infer --out` write them (one DebateTrace per line). The
 picture (dear/debate/picture.py): rounds as columns, agents as rows, who read whom as arrows, each turn's answer,
-T / top-p and tokens, the final vote. `--png` also takes a headless Chromium screenshot of it (Debian package
-`chromium`).
+T / top-p where a call was made, tokens, the final vote. `--png` also takes a headless Chromium screenshot of it
+(Debian package `chromium`).
 """
 
 from __future__ import annotations

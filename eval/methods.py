@@ -347,6 +347,14 @@ class DensityMatched:
         return self.inner.controls(debates)
 
 
+def vote_rule(spec: MethodSpec, ckpt: Checkpoint | None = None, base: str = DebateConfig.decision) -> str:
+    """The rule a method's final votes are taken by (dear.debate.engine.DECISIONS), as `build` sets it: a DEAR
+    method's is its checkpoint's (the rule the policy was trained with), every other method's the base config's
+    (`base`: the paper's last round; MAD-stop's vote at unanimity is a last round's too). eval.run records it in
+    run.json."""
+    return ckpt.decision if spec.needs_checkpoint and ckpt is not None else base
+
+
 def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoint | None = None,
           encoder=None, seed: int = 0, deterministic: bool = True,
           density: list[float] | None = None, frequencies: ActionFrequencies | None = None) -> MethodRun:

@@ -417,6 +417,16 @@ def moved_note(record: dict[str, Any], accuracy: dict[str, tuple[float, float]],
               f"{turns} agent answers or grades and the final answer of {finals} debates (every trace file, "
               f"retried debates included). Math equivalence checks: {last['math_equivalence_checks']}; undecided "
               f"(timeout or error, counted as different answers): {last['math_equivalence_undecided']}."), ""]
+    for run in record["runs"][1:]:  # later re-grades that named vote rules (older records name none: not listed)
+        if run.get("vote_rules"):
+            flags = " ".join(f"--vote-rule {rule}" if name == "*" else f"--vote-rule {name}={rule}"
+                             for name, rule in run["vote_rules"].items())
+            lines += [(f"Re-graded again on {run['date']} with the vote rules named for the traces that recorded none "
+                       f"(`{flags}`): it changed {sum(f['turns_changed'] for f in run['files'].values())} agent "
+                       f"answers or grades, the final answer of "
+                       f"{sum(len(f['finals_changed']) for f in run['files'].values())} debates and the score (ties "
+                       f"as expected values) of {sum(len(f.get('scores_changed', [])) for f in run['files'].values())}"
+                       "; \"now\" is after it."), ""]
     header = ["Row", "accuracy % before (seeded tie pick, old parser)", "now (ties as expected values)",
               "now (seeded tie pick)"]
     if n_now is not None:

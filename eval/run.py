@@ -2,11 +2,12 @@
 
     python -m eval.run --checkpoint runs/gsm8k --benchmarks math500,gpqa_diamond --n 100 --llm local
 
-Results directory (``--out``): ``traces/<benchmark>/round0.jsonl`` (the round 0 of every question, generated
-once and read by every method), ``traces/<benchmark>/<method>.jsonl`` (one DebateTrace per line; DEAR methods
-also ``<method>.regulator.jsonl`` with the beliefs, masks and sampling the policy chose), ``summary.csv``,
-``summary.md``, PNG plots, ``run.json`` (the settings), ``done.tsv`` (finished benchmark/method/question),
-``timings.json`` and ``cache.sqlite`` (the response cache).
+Results directory (``--out``; default ``runs/eval/eval-<benchmarks>-n<N>-s<seed>``, so that a trial run never
+writes into the committed ``results/``): ``traces/<benchmark>/round0.jsonl`` (the round 0 of every question,
+generated once and read by every method), ``traces/<benchmark>/<method>.jsonl`` (one DebateTrace per line; DEAR
+methods also ``<method>.regulator.jsonl`` with the beliefs, masks and sampling the policy chose), ``summary.csv``,
+``summary.md``, PNG plots, ``run.json`` (the settings, the llama.cpp thread count among them), ``done.tsv``
+(finished benchmark/method/question), ``timings.json`` and ``cache.sqlite`` (the response cache).
 
 Re-running the same command continues where it stopped: finished questions are skipped (done-list). A debate
 that a backend error ended is never "done": its trace is kept for the record, the report lists it and leaves it
@@ -105,6 +106,10 @@ class EvalSettings:
     # One profile per agent in the compact form with its backend filled in (dear/debate/profiles.py); None = the
     # paper's agents, all on --llm.
     agent_profiles: list[str] | None = None
+    # llama.cpp threads of the local/smoke backends (None: no such backend). The texts of a seed depend on the count:
+    # fixed at the directory's first run (DEAR_LLAMA_THREADS, else every usable core), recorded here and reused by
+    # later runs of the directory (`llama_threads_for`).
+    llama_threads: int | None = None
 
 
 def _range(text: str | None, flag: str) -> tuple[float, float] | None:
@@ -143,7 +148,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "chunk)")
     policy.add_argument("--policy-world", help="override the DEAR label's training world (default: from the "
                                                "checkpoint, e.g. sim-trained, sim-fitted, local-trained)")
-    add_output_args(p, out_help="results directory (default results/eval-<benchmarks>-n<N>-s<seed>)",
+    add_output_args(p, out_help="results directory (default runs/eval/eval-<benchmarks>-n<N>-s<seed>; the committed "
+                                "reports under results/ are written only when --out names them)",
                     report_only="rebuild summary and plots from existing traces")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
     return p.parse_args(argv)
@@ -324,7 +330,10 @@ class Evaluator:
         from dear.llm.cache import CachedBackend
         from dear.llm.registry import make_backend
 
-        inner = make_backend(spec, **options_for(spec, self.s.llm, self.s.backend_options))
+        options = options_for(spec, self.s.llm, self.s.backend_options)
+        if self.s.llama_threads and spec.split(":")[0] in LLAMA_KINDS:
+            options["n_threads"] = self.s.llama_threads
+        inner = make_backend(spec, **options)
         cache = self.s.cache if self.s.cache is not None else str(Path(self.s.out) / "cache.sqlite")
         return CachedBackend(inner, cache) if cache else inner
 
@@ -706,6 +715,7 @@ def _stop_unanimous(debates: Sequence[Debate]) -> None:
             continue
         d.finished = True
         d.trace.set_vote(d.vote())
+        d.trace.decision = "last-round"  # the rule that vote took (recorded: a re-grade never guesses it)
 
 
 class Round0Mismatch(RuntimeError):
@@ -734,8 +744,8 @@ def _check_sim_answers(benchmarks: list[str], specs: list[str]) -> None:
                          f"(e.g. --llm local) for real benchmarks")
 
 
-def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
-                       specs: list[M.MethodSpec]) -> EvalSettings:
+def benchmarks_of(a: argparse.Namespace) -> list[str]:
+    """--benchmarks checked (aliases resolved): first of all, before the checkpoint loads or is asked for."""
     benchmarks = [b.strip() for b in a.benchmarks.split(",") if b.strip()]
     if not benchmarks:
         raise ValueError("--benchmarks is empty")
@@ -743,6 +753,20 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     unknown = [b for b in benchmarks if b not in tasks.task_names()]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; {tasks.known_tasks_hint()}")
+    return benchmarks
+
+
+DEFAULT_OUT_ROOT = "runs/eval"  # results directories without --out: outside the committed results/
+
+
+def default_out(benchmarks: Sequence[str], n: int, seed: int) -> str:
+    """The results directory when --out names none: under runs/eval/, never inside the committed results/."""
+    return f"{DEFAULT_OUT_ROOT}/eval-{'-'.join(benchmarks)}-n{n}-s{seed}"
+
+
+def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
+                       specs: list[M.MethodSpec]) -> EvalSettings:
+    benchmarks = benchmarks_of(a)
     if a.n < 0:
         raise ValueError(f"--n must be >= 0, got {a.n}")
     if a.batch < 1:
@@ -758,7 +782,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
                            _range(a.top_p_range, "--top-p-range"))
     sc_samples = a.sc_samples or n_agents * (n_rounds + 1)
     M.check_adaptive(specs, n_agents, sc_samples)
-    out = a.out or f"results/eval-{'-'.join(benchmarks)}-n{a.n}-s{a.seed}"
+    out = a.out or default_out(benchmarks, a.n, a.seed)
     opts: dict[str, Any] = {}
     if a.parallel:
         opts["n_parallel"] = a.parallel
@@ -781,6 +805,37 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
 
 
 SIM_OPTIONS = ("params_file", "text_bank")  # --sim-params, --sim-text-bank: the sim backend's world
+LLAMA_KINDS = ("local", "smoke")  # backend kinds that decode with llama.cpp threads
+
+
+def llama_threads_for(specs: Sequence[str], stored: int | None) -> tuple[int | None, str | None]:
+    """The llama.cpp thread count of a run on backends `specs` and the line to log about it: None without a
+    local/smoke backend; else the count the directory's run.json recorded (`stored`), unless DEAR_LLAMA_THREADS
+    asks for another (said in the line: a seed's texts depend on the count), else `choose_threads()`'s fixed
+    default (DEAR_LLAMA_THREADS, else every usable core; never the machine's load)."""
+    if not any(spec.split(":")[0] in LLAMA_KINDS for spec in specs):
+        return None, None
+    env = (os.environ.get("DEAR_LLAMA_THREADS") or "").strip()
+    if stored and (not env or env == str(stored)):
+        return int(stored), (f"llama.cpp threads: {stored}, as recorded in this directory's run.json (the texts of "
+                             f"a seed depend on the count)")
+    from dear.llm.local import choose_threads
+
+    threads = choose_threads().threads
+    if stored:
+        return threads, (f"llama.cpp threads: {threads} (DEAR_LLAMA_THREADS={env}), not the {stored} recorded in "
+                         f"this directory's run.json: questions generated now may read differently from the same "
+                         f"seed's earlier ones")
+    return threads, f"llama.cpp threads: {threads}, recorded in run.json (later runs of this directory reuse it)"
+
+
+def _stored_setting(out: str, key: str) -> Any:
+    """One setting of an existing results directory's run.json (None: no such directory, file or key)."""
+    path = Path(out) / "run.json"
+    try:
+        return json.loads(path.read_text()).get("settings", {}).get(key) if path.exists() else None
+    except (json.JSONDecodeError, AttributeError):
+        return None  # _check_settings names the broken file
 
 
 def options_for(spec: str, llm: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -826,7 +881,7 @@ def _directory_checkpoint(out: str | None) -> str | None:
 def _policy_of(a: argparse.Namespace, specs: list[M.MethodSpec]) -> M.Checkpoint | None:
     """The checkpoint the DEAR methods run (or that names the directory's DEAR rows); None without one."""
     if not a.checkpoint:  # a directory evaluated with a policy keeps it: resuming needs no --checkpoint
-        a.checkpoint = _directory_checkpoint(a.out)
+        a.checkpoint = _directory_checkpoint(a.out or default_out(benchmarks_of(a), a.n, a.seed))
     if any(s.needs_checkpoint for s in specs) and not a.checkpoint:
         need = [s.name for s in specs if s.needs_checkpoint]
         raise ValueError(f"methods {need} need --checkpoint (a training run dir or an exported policy)")
@@ -838,6 +893,7 @@ def read_results(argv: Sequence[str]) -> list[report.MethodResult]:
     anything there (eval.combine reads directories another run may still be writing)."""
     a = parse_args(list(argv))
     specs = M.parse_methods(a.methods)
+    benchmarks_of(a)  # a wrong benchmark is named before anything about the checkpoint
     ckpt = _policy_of(a, specs)
     settings = settings_from_args(a, ckpt, specs)
     _check_settings(Path(settings.out), settings, report_only=True)
@@ -855,14 +911,26 @@ def main(argv: Sequence[str] | None = None,
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per loopback request is noise
     a = parse_args(argv)
     specs = M.parse_methods(a.methods)
+    benchmarks_of(a)  # a wrong benchmark is named before anything about the checkpoint
     ckpt = _policy_of(a, specs)
     settings = settings_from_args(a, ckpt, specs)
     if backend is None and not a.report_only:  # the specs' backends will answer (a test may pass its own)
         _check_sim_answers(settings.benchmarks, backend_specs(as_profiles(settings.agent_profiles, "agent_profiles"))
                            if settings.agent_profiles else [x.strip() for x in settings.llm.split(",")])
+    if not a.report_only:
+        specs_used = (backend_specs(as_profiles(settings.agent_profiles, "agent_profiles"))
+                      if settings.agent_profiles else [x.strip() for x in settings.llm.split(",")])
+        settings.llama_threads, note = llama_threads_for(specs_used, _stored_setting(settings.out, "llama_threads"))
+        if note:
+            log.info("%s", note)
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
     stored = _check_settings(out, settings, report_only=a.report_only)
+    recorded = stored.setdefault("settings", {})
+    if settings.llama_threads is not None and recorded.get("llama_threads") is None:
+        recorded["llama_threads"] = settings.llama_threads  # also in a directory from before the count was recorded
+    # each method's vote rule (its traces record it too; eval.regrade never guesses an older trace's)
+    stored.setdefault("vote_rules", {}).update({s.name: M.vote_rule(s, ckpt) for s in specs})
     write_json(out / "run.json", stored, indent=1)
     command = command_line("python -m eval.run", argv)
     if not a.report_only:  # the report names the command that produced the traces, not a re-render

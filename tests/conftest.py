@@ -29,6 +29,17 @@ def tiny_run(tmp_path):
     return train
 
 
+@pytest.fixture(scope="module")
+def smoke_backend():
+    """The real smoke model (SmolLM2-135M through llama.cpp in-process): 3 slots, 1,024 tokens each, 1 thread."""
+    pytest.importorskip("xllamacpp")
+    from dear.llm import make_backend
+
+    backend = make_backend("smoke", n_parallel=3, n_ctx=1024, n_threads=1)
+    yield backend
+    backend.close()
+
+
 # The test process ends with pytest's exit status and without the interpreter's finalisation. On 2026-12-06 a clean
 # CI run crashed with SIGSEGV *after* "1075 passed" was printed (exit 139; not reproduced in two further full runs,
 # one under faulthandler): a native library's exit-time teardown (llama.cpp, torch, Ray, wandb are all loaded by

@@ -6,6 +6,7 @@ The one place where `TrainConfig` is turned into objects, under the same names (
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,11 +44,41 @@ def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     return cfg.llm.backend_options()
 
 
+LLAMA_KINDS = ("local", "smoke")  # backend kinds that decode with llama.cpp threads
+
+
+def settle_threads(cfg: TrainConfig, resumed: bool = False) -> str | None:
+    """Fix the llama.cpp thread count of a local/smoke run in `cfg.llm.threads` (the run's config.yaml records it and
+    `--resume` reuses it): `n_threads` of llm.options, else DEAR_LLAMA_THREADS, else every usable core
+    (`dear.llm.local.choose_threads`, which never follows the machine's load). Returns the line the run prints about
+    it; None for other backends."""
+    if cfg.llm.backend_kind() not in LLAMA_KINDS:
+        return None
+    from dear.llm.local import choose_threads
+
+    env = os.environ.get("DEAR_LLAMA_THREADS")
+    if cfg.llm.threads is not None:
+        note = (f"llama.cpp threads: {cfg.llm.threads} (llm.threads in the run's config.yaml; the texts of a seed "
+                f"depend on it)")
+        if resumed and env and env.strip() != str(cfg.llm.threads):
+            note += (f"; DEAR_LLAMA_THREADS={env} is not used: this run decodes with the count it started with "
+                     f"(llm.threads=N changes it)")
+        return note
+    choice = choose_threads(cfg.llm.backend_options().get("n_threads"))
+    cfg.llm.threads = choice.threads
+    return (f"llama.cpp threads: {choice.threads} ({choice.override or 'every usable core'}; recorded as "
+            f"llm.threads in the run's config.yaml, so --resume decodes with the same count)")
+
+
 def make_local_backend(cfg: TrainConfig) -> Backend:
-    """The backend `llm` names, in this process (wrapped in the response cache when `llm.cache` is set)."""
+    """The backend `llm` names, in this process (wrapped in the response cache when `llm.cache` is set); a llama.cpp
+    backend decodes with `llm.threads` threads when the config fixed them (`settle_threads`)."""
     from dear.llm.registry import make_backend
 
-    backend = make_backend(cfg.llm.backend_spec(), **backend_kwargs(cfg))
+    options = backend_kwargs(cfg)
+    if cfg.llm.threads is not None and cfg.llm.backend_kind() in LLAMA_KINDS:
+        options["n_threads"] = cfg.llm.threads
+    backend = make_backend(cfg.llm.backend_spec(), **options)
     if cfg.llm.cache:
         from dear.llm.cache import CachedBackend
 

@@ -82,6 +82,10 @@ class LLMConfig:
     # Where the backend lives with Ray: "engine" = one shared Ray actor (the default for real models),
     # "in_worker" = each rollout worker builds its own (the default for the cheap stateless sim).
     placement: Literal["auto", "engine", "in_worker"] = "auto"
+    # llama.cpp threads of a local or smoke backend; null = set at the run's start (DEAR_LLAMA_THREADS, else every
+    # usable core) and written here into the run's config.yaml, so --resume decodes with the same count (a seed's
+    # texts depend on it)
+    threads: int | None = None
     # Extra keyword arguments for make_backend: flat ({n_parallel: 6}), or by backend kind ({local: {n_parallel: 6},
     # vllm: {tensor_parallel_size: 2}}) so that switching llm.preset never hands one backend another's options.
     options: dict[str, Any] = field(default_factory=dict)
@@ -288,6 +292,8 @@ class TrainConfig:
         if self.llm.preset != "openai" or self.llm.url or self.llm.spec:
             self.llm.backend_options()  # a mix of kind-keyed and plain options fails here, naming the keys
         need(self.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
+        need(self.llm.threads is None or self.llm.threads >= 1, "llm.threads",
+             "must be >= 1 (or null: chosen at start)")
         need(self.run.device == "auto" or _is_torch_device(self.run.device), "run.device",
              f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")
         need(self.env.n_agents >= 2, "env.n_agents", "needs at least 2 agents")
@@ -521,6 +527,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "happo.anneal_lr": False,
     "happo.log_std_max": None,
     "happo.behavior_ratio": "joint",
+    "llm.threads": None,  # runs before it chose llama.cpp's threads at start and did not record them
 }
 
 

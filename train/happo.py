@@ -21,7 +21,14 @@ error line that names the backend.
 Run directories. `--run-dir` of an existing run refuses unless `--overwrite` (which first removes the old
 run's checkpoints, partial chunks and logs); `--resume RUN_DIR` continues a run (with dotted overrides only,
 never `--config`) and changes nothing on disk until its checkpoint loaded and its backend started. Debates
-finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial.py) and reused by `--resume`.
+finished in an interrupted iteration are kept in RUN_DIR/partial/ (train/partial.py), and so are the model calls
+that returned in its chunks still running (train/call_log.py): `--resume` reuses the debates and replays the
+calls. An interrupted run's last lines say what it kept (or that nothing of the iteration had finished) and give
+the exact `--resume` command.
+
+llama.cpp threads. A local or smoke backend decodes with `llm.threads` threads: set at the start of a run
+(DEAR_LLAMA_THREADS, else every usable core, never fewer because the machine is busy) and recorded in the run's
+config.yaml, so `--resume` decodes with the same count; the texts of a seed depend on it.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Sequence
 
 import yaml
 
-from dear.cli import USER_ERRORS
+from dear.cli import USER_ERRORS, command_line
 from dear.cli import run as run_cli
 from dear.llm.base import BackendError
 from train.config import (
@@ -133,7 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer.close()
     trainer.logger.write(f"done: {result.iterations} iterations, {result.global_step} env steps"
                          f"{' (interrupted)' if result.interrupted else ''}; run dir {result.run_dir}")
+    for line in trainer.exit_lines(result, resume_command(result.run_dir, args.ray_address)):
+        trainer.logger.write(line)
     return 130 if result.interrupted else 0
+
+
+def resume_command(run_dir: Path, ray_address: str | None = None) -> str:
+    """The command that continues the run in `run_dir` (its config.yaml holds every override it started with)."""
+    return command_line(PROG, ["--resume", str(run_dir), *(["--ray-address", ray_address] if ray_address else [])])
 
 
 if __name__ == "__main__":

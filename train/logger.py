@@ -1,7 +1,9 @@
 """Run logging: every scalar to CSV + JSONL in the run dir, optional wandb, and a live progress display.
 
 The progress display (`dear.progress.LiveProgress`) counts the run's debates, redrawn every few seconds with the
-tokens generated so far, tokens/s, elapsed time and ETA, so it moves while a chunk of debates is still running.
+tokens generated so far, tokens/s, elapsed time, the debates in flight and an ETA, so it moves while a chunk of
+debates is still running. The ETA is counted in tokens (tokens generated / tokens per debate, the expected count
+until a debate has finished), so it shows within the first minute instead of after the first chunk.
 
 Synthetic (sim backend) runs are labelled everywhere: each metric name is prefixed `synthetic/`, each
 JSONL row carries `"synthetic": true`, and the run directory name contains "synthetic".
@@ -56,7 +58,8 @@ class RunLogger:
     def __init__(self, run_dir: Path, synthetic: bool, total_iterations: int, start_iteration: int = 0,
                  use_wandb: bool = False, wandb_project: str = "dear", config: dict | None = None,
                  progress: bool = True, debates_per_iteration: int = 1, tokens: Callable[[], int] | None = None,
-                 listener: Callable[[ProgressSnapshot], None] | None = None):
+                 listener: Callable[[ProgressSnapshot], None] | None = None,
+                 expected_tokens_per_debate: float | None = None):
         self.run_dir = Path(run_dir)
         self.synthetic = synthetic
         self.jsonl_path = self.run_dir / "metrics.jsonl"
@@ -81,7 +84,8 @@ class RunLogger:
         self.live = LiveProgress(total=total_iterations * debates_per_iteration,
                                  initial=start_iteration * debates_per_iteration,
                                  desc="synthetic HAPPO" if synthetic else "HAPPO", unit="debate", tokens=tokens,
-                                 enabled=progress, listener=listener)
+                                 enabled=progress, listener=listener,
+                                 expected_tokens_per_unit=expected_tokens_per_debate)
         self.live.set_info(it=f"{start_iteration}/{total_iterations}")
 
     def name(self, key: str) -> str:
@@ -139,6 +143,10 @@ class RunLogger:
         """Inside iteration `iteration` (0-based): `debates_done` of its debates finished so far."""
         done = iteration * self.debates_per_iteration + debates_done
         self.live.update(done - self.live.done)
+
+    def in_flight(self, n: int) -> None:
+        """`n` debates running now (shown on the progress line)."""
+        self.live.set_in_flight(n)
 
     def debates_kept(self, n: int) -> None:
         """`n` debates of the current iteration kept from an interrupted run: done, but not in the rate."""

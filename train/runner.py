@@ -26,12 +26,12 @@ from dear.regulator import state_dim
 from dear.seeds import derive_seed
 from train.algorithm import HAPPO
 from train.buffer import RolloutBatch
-from train.build import make_policy
+from train.build import make_policy, settle_threads
 from train.checkpoint import Counters, latest_checkpoint, load_checkpoint, save_checkpoint
 from train.config import TrainConfig
 from train.evaluate import summarize_episodes
 from train.logger import RunLogger, read_metrics
-from train.partial import PARTIAL_DIR, PartialIteration, rollout_key
+from train.partial import PARTIAL_DIR, KeptWork, PartialIteration, call_log_spec, rollout_key
 from train.workers import ChunkResult, RolloutReport, make_chunks, make_pool
 
 
@@ -46,6 +46,11 @@ class AllDebatesFailed(TrainingError):
 class RunDirError(ValueError):
     """The run directory cannot be used as asked (an existing run without --overwrite, a file...)."""
 
+
+# The progress line's ETA before the first debate of the run finishes: each agent turn is expected to write this
+# share of llm.max_tokens (a real gsm8k debate wrote ~0.7 of 384 per turn; the measured tokens per debate replace
+# the guess as soon as a debate finishes: dear.progress.LiveProgress).
+EXPECTED_SHARE_OF_MAX_TOKENS = 0.6
 
 # What a run writes into its directory; `--overwrite` removes exactly these before a new run starts.
 RUN_ARTIFACTS = ("checkpoints", PARTIAL_DIR, "metrics.jsonl", "metrics.csv", "summary.json", "config.yaml", "wandb")
@@ -81,6 +86,15 @@ class TrainResult:
     global_step: int
     last_metrics: dict[str, float]
     interrupted: bool = False
+    # An interrupted run's work of the iteration it was collecting, kept for --resume (None: it stopped after an
+    # update, with nothing of the next iteration begun)
+    kept: KeptWork | None = None
+
+
+def expected_debate_tokens(cfg: TrainConfig) -> float:
+    """Completion tokens one debate is expected to generate before any has finished: every agent in every round
+    writes `EXPECTED_SHARE_OF_MAX_TOKENS` of llm.max_tokens."""
+    return cfg.env.n_agents * (cfg.env.n_rounds + 1) * cfg.llm.max_tokens * EXPECTED_SHARE_OF_MAX_TOKENS
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -116,6 +130,8 @@ class Trainer:
         else:
             self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
             stale = check_new_run_dir(self.run_dir, overwrite)
+        # llama.cpp's thread count changes the texts a seed gives: fixed once, recorded in config.yaml, reused
+        self.threads_note = settle_threads(cfg, resumed=resume)
         self.config_yaml = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
         self.policy: JointPolicy = make_policy(cfg)
@@ -125,6 +141,7 @@ class Trainer:
         self.last_good: Path | None = None
         self.resumed = resume
         self.kept_debates = 0  # finished debates of the interrupted iteration that --resume reuses
+        self.kept_calls = 0  # logged model calls of its unfinished debates that --resume replays
         if resume:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is None:
@@ -132,7 +149,9 @@ class Trainer:
             self.counters, _ = load_checkpoint(ckpt, self.learner)
             self.last_good = ckpt
             read_metrics(self.run_dir / "metrics.jsonl")  # a damaged log is named now, before anything is written
-            self.kept_debates = self._count_kept_debates()
+            kept = self.kept_work()
+            if kept is not None:
+                self.kept_debates, self.kept_calls = kept.debates, kept.calls
         self.pool = make_pool(cfg, ray_address)
         try:
             if getattr(self.pool, "synthetic", self.synthetic) != self.synthetic:
@@ -146,7 +165,8 @@ class Trainer:
                 use_wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
                 progress=cfg.logging.progress if progress is None else progress,
                 debates_per_iteration=sum(len(c.env_seeds) for c in make_chunks(cfg, 0)),
-                tokens=self.pool.generated_tokens, listener=on_progress)
+                tokens=self.pool.generated_tokens, listener=on_progress,
+                expected_tokens_per_debate=expected_debate_tokens(cfg))
         except BaseException:
             self.pool.close()
             raise
@@ -157,19 +177,45 @@ class Trainer:
         self._t_start = time.perf_counter()
         self._steps_at_start = self.counters.global_step
 
-    def _count_kept_debates(self) -> int:
-        """Debates of the next iteration kept on disk by an interrupted attempt (what `collect` will reuse)."""
+    def kept_work(self) -> KeptWork | None:
+        """What an interrupted attempt kept on disk of the next iteration (what `collect` will reuse: finished
+        chunks and the logged calls of the others); None when the run has no iteration left."""
         it = self.counters.iteration
         if it >= self.cfg.run.iterations:
-            return 0
+            return None
         partial = PartialIteration(self.run_dir, it, rollout_key(self.cfg, self.weights()))
-        return sum(len(r.episodes) for r in partial.load(make_chunks(self.cfg, it)).values())
+        return partial.kept(make_chunks(self.cfg, it))
 
     def start_message(self) -> str:
         """The run's first line: where it runs, or where a resumed run continues and what it kept."""
+        calls = (f", {self.kept_calls} model calls of unfinished ones replayed" if self.kept_calls else "")
         where = (f"resuming {self.run_dir} from iteration {self.counters.iteration}/{self.cfg.run.iterations} "
-                 f"({self.kept_debates} finished debates kept)" if self.resumed else f"run dir: {self.run_dir}")
-        return f"{where}  backend: {self.cfg.llm.backend_spec()}  workers: {self.cfg.rollout.num_workers}"
+                 f"({self.kept_debates} finished debates kept{calls})" if self.resumed else f"run dir: {self.run_dir}")
+        line = f"{where}  backend: {self.cfg.llm.backend_spec()}  workers: {self.cfg.rollout.num_workers}"
+        return f"{line}\n{self.threads_note}" if self.threads_note else line
+
+    def exit_lines(self, result: TrainResult, resume_command: str) -> list[str]:
+        """What an interrupted run prints last: what it kept of the iteration it was collecting (or that it kept
+        nothing of it) and the exact command that continues it. Nothing for a run that finished."""
+        if not result.interrupted:
+            return []
+        lines = []
+        it = result.iterations + 1
+        # counted again: after close() no rollout worker is still appending a call
+        kept = self.kept_work() if result.kept is not None else None
+        if kept is not None and kept.empty:
+            lines.append(f"stopped before any debate of iteration {it} finished and before any of its model calls "
+                         f"returned: nothing of iteration {it} was kept; --resume starts it again")
+        elif kept is not None:
+            parts = []
+            if kept.debates:
+                parts.append(f"{kept.debates} finished debates ({kept.chunks} chunk{'s' if kept.chunks != 1 else ''})")
+            if kept.calls:
+                parts.append(f"{kept.calls} model calls ({kept.tokens:,} completion tokens) of its unfinished "
+                             f"debates")
+            lines.append(f"kept of iteration {it}: {' and '.join(parts)} in {kept.path}; --resume reuses them")
+        lines.append(f"continue with: {resume_command}")
+        return lines
 
     # -- signals -----------------------------------------------------------------------------------
     def _on_signal(self, signum, frame):
@@ -204,11 +250,20 @@ class Trainer:
         todo = [c for c in chunks if c.index not in kept]
         n_kept = sum(len(c.env_seeds) for c in chunks) - sum(len(c.env_seeds) for c in todo)
         self.logger.debates_kept(n_kept)
+        n_todo = sum(len(c.env_seeds) for c in todo)
+        at_once = max(1, self.cfg.rollout.num_workers) * self.cfg.rollout.envs_per_worker  # debates one round runs
+        self.logger.in_flight(min(n_todo, at_once))
 
         def progress(done: int, total: int) -> None:
             self.logger.rollout_progress(it, done + n_kept)
+            self.logger.in_flight(min(n_todo - done, at_once))
 
-        report = self.pool.collect(weights, todo, on_chunk=progress, on_result=partial.save)
+        if hasattr(self.pool, "set_call_log"):  # a stop keeps the calls of the chunks still running
+            self.pool.set_call_log(call_log_spec(partial))
+        try:
+            report = self.pool.collect(weights, todo, on_chunk=progress, on_result=partial.save)
+        finally:
+            self.logger.in_flight(0)
         fresh = {r.spec.index: r for r in report.results}
         return [kept.get(c.index) or fresh[c.index] for c in chunks], report
 
@@ -280,6 +335,7 @@ class Trainer:
         old_term = signal.signal(signal.SIGTERM, self._on_signal)
         stats: dict[str, float] = {}
         interrupted = False
+        in_rollout = False  # stopped while the next iteration was being collected (not after an update)
         try:
             while self.counters.iteration < cfg.run.iterations:
                 stats = self.iteration()
@@ -300,6 +356,7 @@ class Trainer:
         except KeyboardInterrupt:
             interrupted = True
             if not self._in_update:
+                in_rollout = True
                 path = self.checkpoint()
                 self.logger.write(f"interrupted: checkpoint of iteration {self.counters.iteration} at {path}")
         except TrainingError as e:
@@ -313,7 +370,8 @@ class Trainer:
                    "last_checkpoint": str(self.last_good) if self.last_good else None,
                    "metrics": {self.logger.name(k): v for k, v in stats.items()}}
         write_json(self.run_dir / "summary.json", summary, indent=2, default=float)
-        return TrainResult(self.run_dir, self.counters.iteration, self.counters.global_step, stats, interrupted)
+        return TrainResult(self.run_dir, self.counters.iteration, self.counters.global_step, stats, interrupted,
+                           kept=self.kept_work() if in_rollout else None)
 
     def close(self) -> None:
         self.logger.close()

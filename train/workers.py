@@ -31,6 +31,7 @@ from dear.seeds import derive_seed
 from envs.debate_env import EpisodeSummary
 from train.build import TimedBackend, make_local_backend, make_policy, make_vector_env
 from train.buffer import EXTENDED_FIELDS, RolloutBatch
+from train.call_log import CallLog, CallLogSpec
 from train.config import TrainConfig
 
 
@@ -228,7 +229,8 @@ class RolloutWorker:
         self.policy = make_policy(self.cfg)
         backend = RemoteBackend(engine) if engine is not None else make_local_backend(self.cfg)
         self.engine_info = backend.info if isinstance(backend, RemoteBackend) else None
-        self.backend = TimedBackend(backend)
+        self.calls = CallLog(backend)  # logs each chunk's calls as they return; replays them after a stop
+        self.backend = TimedBackend(self.calls)
         self.venv = make_vector_env(self.cfg, self.backend)
 
     def pid(self) -> int:
@@ -242,10 +244,19 @@ class RolloutWorker:
         self.policy.load_state_dict(weights)
 
     def rollout(self, weights: dict[str, torch.Tensor] | None, chunks: list[ChunkSpec],
-                deterministic: bool = False) -> list[ChunkResult]:
+                deterministic: bool = False, calls: CallLogSpec | None = None) -> list[ChunkResult]:
+        """Run `chunks`; with `calls`, each chunk's model calls are logged there and a logged call is replayed
+        (train/call_log.py)."""
         if weights is not None:
             self.set_weights(weights)
-        return [run_chunk(self.venv, self.policy, c, self.cfg.env.n_rounds, deterministic) for c in chunks]
+        results = []
+        for c in chunks:
+            self.calls.begin(calls, c.index)
+            try:
+                results.append(run_chunk(self.venv, self.policy, c, self.cfg.env.n_rounds, deterministic))
+            finally:
+                self.calls.end()
+        return results
 
     def close(self) -> None:
         self.venv.close()
@@ -314,6 +325,11 @@ class LocalPool:
         self.cfg = cfg
         self.worker = RolloutWorker(cfg, 0)
         self.synthetic = self.worker.backend.synthetic
+        self.call_log: CallLogSpec | None = None  # set_call_log
+
+    def set_call_log(self, spec: CallLogSpec | None) -> None:
+        """Log (and replay) the model calls of the chunks the next collections run (train/call_log.py)."""
+        self.call_log = spec
 
     def collect(self, weights: dict[str, torch.Tensor], chunks: list[ChunkSpec],
                 on_chunk: Callable[[int, int], None] | None = None,
@@ -323,7 +339,7 @@ class LocalPool:
         self.worker.set_weights(weights)
         results, done, total = [], 0, sum(len(c.env_seeds) for c in chunks)
         for c in chunks:
-            results += self.worker.rollout(None, [c])
+            results += self.worker.rollout(None, [c], calls=self.call_log)
             if on_result:
                 on_result(results[-1])
             done += len(c.env_seeds)
@@ -402,6 +418,12 @@ class RayPool:
         self.total_restarts = 0
         self._engine_tokens = 0  # the engines' last answer to `generated_tokens`
         self._chunk_tokens = 0  # in-worker backends: completion tokens of the chunks returned so far
+        self.call_log: CallLogSpec | None = None  # set_call_log
+
+    def set_call_log(self, spec: CallLogSpec | None) -> None:
+        """Log (and replay) the model calls of the chunks the next collections run (train/call_log.py); a worker
+        on another host than the spec's logs nothing."""
+        self.call_log = spec
 
     def generated_tokens(self) -> int:
         """Tokens generated so far: polled from the LLM engine actors, which count them as completions come back
@@ -436,7 +458,8 @@ class RayPool:
         generation = [0] * n  # bumped when worker i is recreated: its older calls fail but need one restart
         pending = {}
         for k, c in enumerate(chunks):
-            pending[self.workers[k % n].rollout.remote(ref, [c])] = (k % n, generation[k % n], c)
+            pending[self.workers[k % n].rollout.remote(ref, [c], False, self.call_log)] = (
+                k % n, generation[k % n], c)
         results: dict[int, ChunkResult] = {}
         restarts = redone = done = 0
         total = sum(len(c.env_seeds) for c in chunks)
@@ -461,7 +484,8 @@ class RayPool:
                     self.workers[i] = self._spawn(i)
                     generation[i] += 1
                 redone += len(chunk.env_seeds)  # same seeds on the new worker: the same episodes
-                pending[self.workers[i].rollout.remote(ref, [chunk])] = (i, generation[i], chunk)
+                pending[self.workers[i].rollout.remote(ref, [chunk], False, self.call_log)] = (
+                    i, generation[i], chunk)
                 continue
             self._chunk_tokens += sum(e.completion_tokens for e in results[chunk.index].episodes)
             if on_result:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from dear.bank.backend import DEFAULT_BANK as BANK_DIR
 from dear.bank.build import DEFAULT_TOP_LOGPROBS, BuildPlan, build, model_identity
 from dear.bank.store import Bank, ShelfKey
 from dear.cli import command_line, require_at_least
@@ -25,7 +26,7 @@ from dear.debate.prompts import STYLES
 from dear.tasks import task_names
 
 PROG = "python -m dear.bank"
-DEFAULT_BANK = Path("banks/qwen2.5-coder-1.5b-instruct-q4_k_m")  # the embedded model's committed bank
+DEFAULT_BANK = Path(BANK_DIR)  # the embedded model's committed bank
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

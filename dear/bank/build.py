@@ -111,3 +111,25 @@ def build(bank: Bank, plan: BuildPlan, backend: Backend, max_in_flight: int = 1,
     print(f"bank {key.name}: {added['n']} question(s) added, {added['failed']} failed, "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     return added["n"]
+
+
+def grower(bank: Bank, generation: dict[str, Any] | None = None):
+    """A `BankBackend.grow` callback: grade a sample the live model drew beyond the stored ones and store it."""
+    from dear.confidence import confidence_dict
+    from dear.debate.engine import graded_answer
+
+    by_id: dict[tuple[str, str], dict[str, tasks.Question]] = {}
+
+    def grow(key: ShelfKey, question_id: str, index: int, request, c) -> None:
+        questions = by_id.setdefault((key.benchmark, key.split),
+                                     {q.id: q for q in tasks.load(key.benchmark, split=key.split)})
+        q = questions[question_id]
+        answer, answer_key, correct, grader = graded_answer(c.text, c.finish_reason, c.error, q, key.profile)
+        shelf = bank.shelf(key)
+        shelf.append([BankSample(question_id, index, int(request.seed), c.text,
+                                 answer, answer_key, correct, grader, c.prompt_tokens, c.completion_tokens,
+                                 c.finish_reason, confidence_dict(c.logprobs, c.text, answer, "live: none sent"),
+                                 round(float(c.latency_s), 3))])
+        bank.record(shelf, {**(generation or {}), "grown_by": "bank world (live model)"})
+
+    return grow

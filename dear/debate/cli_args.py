@@ -117,7 +117,8 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
         group.add_argument("--agent-profiles", type=_agent_profiles, metavar="PROFILES",
                            help=_help(f"one profile per agent (a mixed pool), comma-separated {FORM}: BACKEND a "
                                       f"--llm spec (default --llm), STYLE one of {', '.join(STYLES)} (direct = the "
-                                      f"final answer alone, no reasoning), MAX_TOKENS the agent's completion limit "
+                                      f"final answer alone, no reasoning; pot = a Python program that prints the "
+                                      f"answer, run in a sandbox), MAX_TOKENS the agent's completion limit "
                                       f"(default --max-tokens); e.g. {EXAMPLE}; one per agent"))
     if sim_world:
         group.add_argument("--sim-params", metavar="FILE",

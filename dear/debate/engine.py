@@ -20,10 +20,11 @@ import numpy as np
 
 from dear import tasks
 from dear.confidence import confidence_dict
-from dear.debate import prompts
+from dear.debate import pot, prompts
 from dear.debate.profiles import AgentProfile, as_profiles, profile_at
 from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
+from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
 from dear.seeds import derive_seed  # noqa: F401  (re-exported: engine.derive_seed)
 from dear.tasks.equivalence import AnswerClasses
 from dear.tasks.types import Question
@@ -43,6 +44,7 @@ TURN_KINDS = ("revise", "keep", "fresh")
 DECISIONS = ("last-round", "all-answers", "belief-weighted")
 MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate (also the server's check)
 MIN_MAX_TOKENS = 16
+PROGRAM_WORKERS = 4  # programs of one round's `pot` turns run at most this many at a time (each in its own sandbox)
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,26 @@ class DebateConfig:
     decision: str = "last-round"  # DECISIONS
     # The model's own confidence (dear/confidence.py): None = not asked; k >= 0 = every call asks for its tokens'
     # log-probabilities with k alternatives, and each turn records its confidence (or that the backend sent none).
+    # A `pot` turn's answer is what its program printed, which is not in the completion text: its record has no
+    # answer span (`answer_mean` None); the whole-completion summaries are there as for any turn.
     logprobs: int | None = None
+    # Program-of-thought agents (reply style `pot`, dear/debate/pot.py): the limits every program runs under in the
+    # sandbox (dear/sandbox.py; a server's are its start-up configuration's, no request changes them), and whether
+    # peers are shown a `pot` turn's program (False: only what it printed; its author always sees its own).
+    sandbox_limits: SandboxLimits = DEFAULT_LIMITS
+    show_programs: bool = True
 
     def __post_init__(self):
+        if isinstance(self.sandbox_limits, Mapping):  # `dataclasses.asdict` of a config writes a mapping
+            try:
+                object.__setattr__(self, "sandbox_limits", SandboxLimits(**self.sandbox_limits))
+            except TypeError as e:
+                raise ValueError(f"DebateConfig.sandbox_limits: {e}") from None
+        if not isinstance(self.sandbox_limits, SandboxLimits):
+            raise ValueError(f"DebateConfig.sandbox_limits must be a dear.sandbox.SandboxLimits, got "
+                             f"{type(self.sandbox_limits).__name__}")
+        if not isinstance(self.show_programs, bool):
+            raise ValueError(f"DebateConfig.show_programs must be True or False, got {self.show_programs!r}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"DebateConfig.logprobs must be None or >= 0, got {self.logprobs}")
         if self.decision not in DECISIONS:
@@ -312,9 +331,13 @@ class _PromptBuilder:
     n_peer_blocks: int
 
 
-def _shown(turn: AgentTurn, to_peer: bool = True) -> prompts.ShownAnswer:
-    """A turn as a later prompt shows it: to peers a demoted turn is only its summary; to its author never."""
-    return prompts.ShownAnswer(turn.agent, turn.reasoning, turn.conclusion, turn.answer,
+def _shown(turn: AgentTurn, to_peer: bool = True, show_programs: bool = True) -> prompts.ShownAnswer:
+    """A turn as a later prompt shows it: to peers a demoted turn is only its summary; to its author never. A `pot`
+    turn's reasoning is its program, which peers see only with `show_programs` (its author always does)."""
+    reasoning = turn.reasoning
+    if to_peer and not show_programs and turn.program is not None:
+        reasoning = pot.NOT_SHOWN
+    return prompts.ShownAnswer(turn.agent, reasoning, turn.conclusion, turn.answer,
                                turn.peer_summary if to_peer else None)
 
 
@@ -323,17 +346,66 @@ def debate_id_of(question: Question, seed: int) -> str:
     return f"{question.task}/{question.id}/s{seed}"
 
 
-def graded_answer(text: str, finish_reason: str, error: str | None, q: Question,
-                  style: str) -> tuple[str | None, str | None, bool, str]:
-    """A completion's answer, its normalised key, correctness and grader. A completion cut at the token limit
-    answers only where it marked an answer (prompts.extract); a failed call answers nothing; gold "" (inference)
-    grades nothing."""
-    answer = prompts.extract(text, q, truncated=finish_reason == "length", style=style) if error is None else None
+@dataclass(frozen=True)
+class GradedTurn:
+    """A completion's answer, its normalised key, correctness and grader, and for a `pot` turn its program's run."""
+
+    answer: str | None
+    key: str | None
+    correct: bool
+    grader: str
+    program: dict | None = None  # pot.PotRun.to_dict() of a `pot` turn; None for the other styles and a failed call
+
+    def astuple(self) -> tuple[str | None, str | None, bool, str]:
+        """(answer, key, correct, grader): what `graded_answer` returns."""
+        return self.answer, self.key, self.correct, self.grader
+
+
+def grade_turn(text: str, finish_reason: str, error: str | None, q: Question, style: str, *,
+               limits: SandboxLimits = DEFAULT_LIMITS, program: dict | None = None,
+               run_programs: bool = True) -> GradedTurn:
+    """A completion's answer, graded. A completion cut at the token limit answers only where it marked an answer
+    (prompts.extract); a failed call answers nothing; gold "" (inference) grades nothing.
+
+    A `pot` completion (`style` "pot") is a program: its answer is the task extractor's reading of the last line
+    the program printed in the sandbox under `limits` (pot.pot_answer; a refused, failed or silent program is no
+    answer, never an exception). `program` (a stored run, `AgentTurn.program`) is read instead of running the
+    program again, and with `run_programs=False` (re-grading a stored trace) nothing is ever run: a `pot` turn
+    without a stored run answers nothing."""
+    if style == pot.STYLE:
+        answer = None
+        if error is None and program is not None:
+            answer = pot.answer_from_run(pot.PotRun.from_dict(program), q)
+        elif error is None and run_programs:
+            answer, run = pot.pot_answer(text, q, limits)
+            program = run.to_dict()
+        else:
+            program = None
+    else:
+        answer = prompts.extract(text, q, truncated=finish_reason == "length", style=style) if error is None else None
+        program = None
     key = tasks.normalize_answer(answer, q.kind) if answer is not None else None
     if answer is None or not q.gold:
-        return answer, key, False, "none"
+        return GradedTurn(answer, key, False, "none", program)
     g = tasks.grade(answer, q)
-    return answer, key, bool(g.correct), g.grader
+    return GradedTurn(answer, key, bool(g.correct), g.grader, program)
+
+
+def graded_answer(text: str, finish_reason: str, error: str | None, q: Question, style: str, *,
+                  limits: SandboxLimits = DEFAULT_LIMITS, program: dict | None = None,
+                  run_programs: bool = True) -> tuple[str | None, str | None, bool, str]:
+    """(answer, normalised key, correctness, grader) of a completion: `grade_turn` without the program's run."""
+    return grade_turn(text, finish_reason, error, q, style, limits=limits, program=program,
+                      run_programs=run_programs).astuple()
+
+
+def pot_on_synthetic_error(agent: int, profile: str, backend: str) -> str:
+    """Why agent `agent` (profile `profile`) cannot be a `pot` agent on the synthetic backend `backend`."""
+    others = ", ".join(s for s in prompts.STYLES if s != pot.STYLE)
+    return (f"agent {agent}'s profile {profile!r} is a program-of-thought agent (style {pot.STYLE!r}) on the "
+            f"synthetic backend {backend!r}, whose simulated debaters write no programs (they simulate the {others} "
+            f"styles only), so it would never answer; run pot agents on a real model (--llm local, smoke, "
+            f"openai:URL#MODEL, ...)")
 
 
 def vote_seed_of(engine_seed: int, debate_seed: int) -> int:
@@ -363,7 +435,17 @@ class DebateEngine:
         if not self.backends:
             raise ValueError("DebateEngine: empty backend mapping")
         self.agent_keys = self._agent_keys(single)
+        self._check_pot_backends()
         self.stats = EngineStats()
+
+    def _check_pot_backends(self) -> None:
+        """A `pot` agent needs a model that writes programs: the synthetic debaters (`sim`) simulate `cot` and
+        `direct` agents only, so a `pot` agent on them would never answer; refuse that pool up front."""
+        for i in range(self.config.n_agents):
+            backend = self.backends[self.agent_keys[i]]
+            profile = self.config.profile(i)
+            if profile.style == pot.STYLE and getattr(backend, "synthetic", False):
+                raise ValueError(pot_on_synthetic_error(i, profile.name, backend.model_id))
 
     def _agent_keys(self, single: bool) -> list[str]:
         """Each agent's key into `self.backends`: DebateConfig.agent_backends, else its profile's backend, else the
@@ -674,6 +756,9 @@ class DebateEngine:
                 "agent": agent, "round": round_, "own_answer": own_answer,
                 "peer_answers": list(peer_answers or []), "peers": list(peers),
                 "question_text": d.question.question, "attempt": attempt, "fresh": sample is not None,
+                # the index among the debate's independent samples (round 0's agents, then fresh turns; a bank
+                # world replays its stored sample), None for a revise turn
+                "sample": sample if sample is not None else (agent if round_ == 0 else None),
                 # only with profiles, so that the paper's requests stay as they were; pool_index = whose profile
                 **({"profile": self._profile(d, agent).name, "style": self._profile(d, agent).style,
                     "pool_index": d.pool_index(agent)} if self.config.agent_profiles is not None else {}),
@@ -728,7 +813,7 @@ class DebateEngine:
         """The exchange prompt of `agent` in the debate's next round, in the configured layout."""
         cfg = self.config
         style = self._profile(d, agent).style
-        shown = [[_shown(t) for t in turns] for turns in d.trace.rounds]
+        shown = [[_shown(t, show_programs=cfg.show_programs) for t in turns] for turns in d.trace.rounds]
         if cfg.layout == "single":
             own, peer_answers = _shown(d.trace.rounds[-1][agent], to_peer=False), [shown[-1][j] for j in peers]
             n_peer_blocks = len(peers)
@@ -839,10 +924,11 @@ class DebateEngine:
         generated = iter(self._generate_all(sent) if sent else [])
         completions = [Completion(p.debate.last_turns[p.agent].text, 0, 0, "silent", 0.0) if p.silent
                        else next(generated) for p in pending]
+        programs = self._run_programs(pending, completions)
         by_debate: dict[int, list[AgentTurn]] = {}
         debates: dict[int, Debate] = {}
-        for p, c in zip(pending, completions):
-            turn = self._make_turn(p, c)
+        for k, (p, c) in enumerate(zip(pending, completions)):
+            turn = self._make_turn(p, c, programs.get(k))
             by_debate.setdefault(id(p.debate), []).append(turn)
             debates[id(p.debate)] = p.debate
         for key, turns in by_debate.items():
@@ -864,24 +950,45 @@ class DebateEngine:
         if d.done:
             self._finalize(d)
 
-    def _make_turn(self, p: _Pending, c: Completion) -> AgentTurn:
-        q = p.debate.question
+    def _run_programs(self, pending: Sequence[_Pending], completions: Sequence[Completion]) -> dict[int, dict]:
+        """The programs of a batch's `pot` turns, run concurrently (PROGRAM_WORKERS at a time, each waiting on its
+        own sandboxed process): position -> `pot.PotRun.to_dict()`. Grading stays in the calling thread."""
+        jobs = [k for k, (p, c) in enumerate(zip(pending, completions))
+                if not p.silent and c.error is None and self._profile(p.debate, p.agent).style == pot.STYLE]
+        if len(jobs) < 2:  # one program (or none) runs in `_make_turn`
+            return {}
+        limits = self.config.sandbox_limits
+        with ThreadPoolExecutor(max_workers=min(PROGRAM_WORKERS, len(jobs)), thread_name_prefix="pot") as ex:
+            runs = list(ex.map(lambda k: pot.run_pot(completions[k].text or "", limits).to_dict(), jobs))
+        return dict(zip(jobs, runs))
+
+    def _make_turn(self, p: _Pending, c: Completion, program: dict | None = None) -> AgentTurn:
+        """The turn of one completion. `program`: a `pot` turn's program already run (`_run_programs`); without it
+        a `pot` turn's program runs here."""
         req = p.request
         self.stats.add(prompt_tokens=c.prompt_tokens, reused_prompt_tokens=c.reused_prompt_tokens,
                        completion_tokens=c.completion_tokens, cached=int(c.cached),
                        fresh_completion_tokens=0 if c.cached else c.completion_tokens)
         text = c.text or ""
-        parsed = prompts.parse_sections(text)
         profile = self._profile(p.debate, p.agent)
         if p.silent:  # its answer is the kept turn's as graded then (a cut text stays unanswered)
             kept = p.debate.last_turns[p.agent]
-            answer, key, correct, grader = kept.answer, kept.answer_key, kept.correct, kept.grader
+            graded = GradedTurn(kept.answer, kept.answer_key, kept.correct, kept.grader, kept.program)
         else:
-            answer, key, correct, grader = graded_answer(text, c.finish_reason, c.error, q, profile.style)
+            graded = grade_turn(text, c.finish_reason, c.error, p.debate.question, profile.style,
+                                limits=self.config.sandbox_limits, program=program)
+        answer, key, correct, grader = graded.astuple()
+        if graded.program is not None:
+            # a `pot` turn as peers see it: its program and what the program printed (or why it gave no answer);
+            # whether peers see the program is decided when they are shown it (`_shown`, show_programs)
+            reasoning, conclusion = pot.shown_parts(pot.PotRun.from_dict(graded.program), show_program=True)
+        else:
+            parsed = prompts.parse_sections(text)
+            reasoning, conclusion = parsed.reasoning, parsed.conclusion
         return AgentTurn(
             agent=p.agent, round=int(req.metadata["round"]),
             messages=[{"role": m.role, "content": m.content} for m in req.messages],
-            text=text, reasoning=parsed.reasoning, conclusion=parsed.conclusion,
+            text=text, reasoning=reasoning, conclusion=conclusion,
             answer=answer, answer_key=key, correct=correct, grader=grader,
             temperature=req.temperature, top_p=req.top_p, seed=int(req.seed), peers=p.peers,
             prompt_tokens=int(c.prompt_tokens), completion_tokens=int(c.completion_tokens),
@@ -890,14 +997,20 @@ class DebateEngine:
             truncated_peers=p.truncated_peers, cached=bool(c.cached),
             model_id=self.backends[self._backend_key(p.debate, p.agent)].model_id, max_tokens=req.max_tokens,
             guidance=p.guidance, attempt=int(req.metadata.get("attempt", 0)),
-            silent=p.silent, fresh=p.fresh, confidence=self._confidence(p, c, text, answer),
+            silent=p.silent, fresh=p.fresh, source=c.source, program=graded.program,
+            # a `pot` turn's answer was printed by its program, not written in the text: no answer span to score
+            confidence=self._confidence(p, c, text, answer if graded.program is None else None),
             **({"profile": profile.name, "style": profile.style} if self.config.agent_profiles is not None else {}),
         )
 
     def _confidence(self, p: _Pending, c: Completion, text: str, answer: str | None) -> dict | None:
-        """The turn's confidence record when the debate asks for one (None for a silent turn or a failed call)."""
+        """The turn's confidence record when the debate asks for one (None for a silent turn or a failed call).
+        `answer`: the answer to find in `text` for `answer_mean` (None for a `pot` turn, whose answer is printed by
+        its program: its `answer_mean` is None)."""
         if self.config.logprobs is None or p.silent or c.error is not None:
             return None
+        if c.confidence is not None:  # replayed with the completion (a bank's stored record)
+            return c.confidence
         missing = ("served from the response cache without log-probabilities" if c.cached
                    else f"{self.backends[self._backend_key(p.debate, p.agent)].model_id} sent no log-probabilities")
         return confidence_dict(c.logprobs, text, answer, missing)
@@ -905,6 +1018,7 @@ class DebateEngine:
     def _finalize(self, d: Debate) -> None:
         tr = d.trace
         tr.failed, tr.error = d.failed, d.error
+        tr.decision = d.decision  # every rule is recorded, the last round too: a re-grade never guesses it
         if d.failed:
             # A failed debate has no trustworthy final answer: it counts as wrong and is reported as failed.
             tr.set_vote(None)
@@ -912,7 +1026,6 @@ class DebateEngine:
         if d.decision == "belief-weighted":
             self.weigher([d])
         tr.set_vote(d.vote(d.decision))
-        tr.decision = None if d.decision == "last-round" else d.decision
 
 
 # ---------------------------------------------------------------- summaries

@@ -1,8 +1,8 @@
 """A debate drawn as one self-contained HTML page: inline CSS and inline SVG, no script, nothing fetched.
 
 Rounds are columns and agents rows. Each turn is a box with its parsed answer (green when correct, red when
-wrong, grey when the gold answer is unknown), its temperature and top-p and its tokens; hovering shows the
-whole turn (`<title>`). An arrow from agent j's box in round r-1 to agent i's box in round r means agent i read
+wrong, grey when the gold answer is unknown), its temperature and top-p (only where a model call was made: a kept
+turn says "no call") and its tokens; hovering shows the whole turn (`<title>`). An arrow from agent j's box in round r-1 to agent i's box in round r means agent i read
 agent j's answer in round r (the trace's per-turn `peers`, the round's mask); it is coloured by whether the
 answer it carried was correct. A thin line joins an agent's own consecutive turns; a dashed box is a kept turn
 (no model call), a double box a fresh sample from the question alone. The last column is the final vote.
@@ -121,7 +121,7 @@ def turn_title(trace: DebateTrace, turn: AgentTurn) -> str:
     lines = [f"round {turn.round}, agent {turn.agent}: {KIND_LABELS[turn_kind(turn)]}",
              f"answer: {answer_text(turn.answer)}{mark}",
              f"read: {', '.join(f'agent {j}' for j in turn.peers) or 'nobody'}",
-             f"T {turn.temperature:.3f}, top-p {turn.top_p:.3f}, seed {turn.seed}",
+             sampling_title(turn),
              f"tokens: {turn.prompt_tokens:,} prompt + {turn.completion_tokens:,} completion"
              + (f" ({turn.reused_prompt_tokens:,} prompt tokens reused)" if turn.reused_prompt_tokens else ""),
              f"finish: {turn.finish_reason}"]
@@ -131,6 +131,20 @@ def turn_title(trace: DebateTrace, turn: AgentTurn) -> str:
         lines.append(f"guidance: {shorten(turn.guidance, 300)}")
     lines.append(f"conclusion: {shorten(turn.conclusion, 400)}")
     return "\n".join(lines)
+
+
+def sampling_label(turn: AgentTurn) -> str:
+    """The box's sampling line: T and top-p of the call, or "no call" for a kept turn (the values the policy set
+    for it were never used, so they are not shown)."""
+    if turn.silent:
+        return "no call"
+    return f"T {turn.temperature:.2f} \u00b7 top-p {turn.top_p:.2f}"
+
+
+def sampling_title(turn: AgentTurn) -> str:
+    if turn.silent:
+        return "no model call: the previous answer is kept (no sampling was used)"
+    return f"T {turn.temperature:.3f}, top-p {turn.top_p:.3f}, seed {turn.seed}"
 
 
 def svg_text(x: float, y: float, text: str, cls: str = "", anchor: str = "start") -> str:
@@ -150,7 +164,7 @@ def render_turn(trace: DebateTrace, turn: AgentTurn, g: Geometry) -> str:
                      f'height="{g.node_h - 8}" rx="6"/>')
     answer = f"{shorten(answer_text(turn.answer), 14)} {MARK[state]}".rstrip()
     parts += [svg_text(x + 10, y + 24, answer, "answer"),
-              svg_text(x + 10, y + 46, f"T {turn.temperature:.2f} \u00b7 top-p {turn.top_p:.2f}", "small"),
+              svg_text(x + 10, y + 46, sampling_label(turn), "small"),
               svg_text(x + 10, y + 66, f"{KIND_LABELS[kind]} \u00b7 {turn_tokens(turn):,} tok", "small"),
               "</g>"]
     return "".join(parts)

@@ -43,7 +43,8 @@ class AgentProfile:
     """One agent's backend, reply style and completion limit."""
 
     backend: str | None = None  # backend spec (dear.llm.registry) or key of the engine's backends; None = the debate's
-    style: str = DEFAULT_STYLE  # reply style (dear.debate.prompts.STYLES): cot (reasoning) or direct (answer only)
+    style: str = DEFAULT_STYLE  # reply style (dear.debate.prompts.STYLES): cot (reasoning), direct (answer only) or
+    # pot (a program that prints the answer, run in the sandbox: dear/debate/pot.py)
     max_tokens: int | None = None  # completion tokens per reply; None = the debate's max_tokens
 
     def __post_init__(self):

@@ -12,8 +12,11 @@ Round 0: the question plus the task's format instruction. Exchange rounds come i
 
 Reply styles (`STYLES`, an agent profile's `style`, dear/debate/profiles.py): `cot` (the default, the paper's
 agents) asks for reasoning, a conclusion and the final answer; `direct` asks for the "Final answer:" line alone,
-without reasoning, and gives only the answer's form of the task's format instruction. An agent keeps its style in
-every turn: its round-0 prompt, its fresh samples and the format block ending its exchange turns.
+without reasoning, and gives only the answer's form of the task's format instruction; `pot` (program of thought,
+dear/debate/pot.py) asks for a Python program that prints the answer, with what to print per answer kind in place
+of the task's format instruction (`ReplyStyle.forms`); the engine runs the program in the sandbox and reads its
+printed line, so `extract` is not a `pot` turn's parser. An agent keeps its style in every turn: its round-0
+prompt, its fresh samples and the format block ending its exchange turns.
 
 Peers' answers are re-rendered from their parsed parts so that their reasoning can be cut when the prompt would
 overflow the context window while their conclusion and final answer stay. A peer answer a moderator demoted is
@@ -30,11 +33,13 @@ example phrase is never an answer, and a letter must name one of the question's 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 
 from dear import tasks
+from dear.debate import pot
 from dear.llm.base import ChatMessage
 from dear.tasks.types import Question
 
@@ -89,21 +94,39 @@ class ReplyStyle:
     reasoning: bool  # True: the task's format instruction whole (it asks for step-by-step work); False: its answer form
     reconsider: str  # single layout, with peers
     reconsider_alone: str  # single layout, reading nobody
+    # Per answer kind, the line that replaces the task's format instruction (`pot`: what the program prints);
+    # None = the task's own (whole or its answer form, by `reasoning`).
+    forms: Mapping[str, str] | None = None
+
+    def __post_init__(self):
+        if self.forms is not None:
+            object.__setattr__(self, "forms", MappingProxyType(dict(self.forms)))
+
+    def form(self, question: Question) -> str:
+        """The line after the reply format: the style's own form for the question's kind, else the task's."""
+        if self.forms is not None:
+            if question.kind not in self.forms:
+                raise ValueError(f"this reply style has no form for answer kind {question.kind!r}; it has "
+                                 f"{', '.join(self.forms)}")
+            return self.forms[question.kind]
+        return tasks.format_instruction(question.kind) if self.reasoning else tasks.answer_form(question.kind)
 
     def instructions(self, question: Question) -> str:
-        form = tasks.format_instruction(question.kind) if self.reasoning else tasks.answer_form(question.kind)
-        return f"{self.structure}\n{form}"
+        return f"{self.structure}\n{self.form(question)}"
 
     def prompt_texts(self, question: Question) -> list[str]:
         """This style's own prompt text that a completion may repeat (see `own_text`)."""
-        form = tasks.format_instruction(question.kind) if self.reasoning else tasks.answer_form(question.kind)
-        return [self.structure, *self.structure.splitlines(), form, self.reconsider, self.reconsider_alone]
+        return [self.structure, *self.structure.splitlines(), self.form(question), self.reconsider,
+                self.reconsider_alone]
 
 
 # "cot" is the paper's agent (reasoning, conclusion, final answer), the default everywhere.
 STYLES: dict[str, ReplyStyle] = {
     "cot": ReplyStyle(STRUCTURE, True, RECONSIDER, RECONSIDER_ALONE),
     "direct": ReplyStyle(DIRECT_STRUCTURE, False, RECONSIDER_DIRECT, RECONSIDER_ALONE_DIRECT),
+    # program of thought: a program that prints the answer, run in the sandbox (dear/debate/pot.py)
+    pot.STYLE: ReplyStyle(pot.POT_STRUCTURE, False, pot.RECONSIDER_POT, pot.RECONSIDER_ALONE_POT,
+                          forms=pot.PRINT_FORMS),
 }
 DEFAULT_STYLE = "cot"
 

@@ -3,13 +3,18 @@
 Every turn's answer is extracted again from its stored completion text (`prompts.extract`: the agent's own
 answer, never an echoed one; a letter that is not an option is no answer), normalised, grouped into the
 debate's answer classes in round/agent order (as the engine does while it runs) and graded against the gold
-answer. The final vote is then taken again by the rule that took it (`decision_of`: the last round, or every new
-sample for a policy that votes over all answers): its score over tied leaders, and its seeded pick with the
-engine's own RNG (`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick.
+answer. The final vote is then taken again by the rule that took it (the last round, or every new sample for a
+policy that votes over all answers): its score over tied leaders, and its seeded pick with the engine's own RNG
+(`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick. The rule is the one the trace
+records (`DebateTrace.decision`); a trace written before every rule was recorded is re-voted only by the rule its
+caller names (`vote_rule`, eval.regrade's --vote-rule), never by one guessed from its stored vote: without one it
+is refused (`MissingVoteRule`). The rule used is recorded in the re-graded trace.
 A trace that holds no vote (a stored round 0 that other debates continue) gets none.
 
 A silent turn (the agent read nobody and kept its previous turn, with no model call) keeps that turn's answer
 and grade as they are re-graded, exactly as the engine gives it.
+A program-of-thought turn (style `pot`) is re-graded from the program output stored with it (`AgentTurn.program`:
+the last line it printed, read by today's extractor); no program is run again.
 
 What the debate *did* does not change: prompts, completions, masks, sampling, tokens, and the reasoning and
 conclusion texts the regulator read stay as stored.
@@ -17,22 +22,23 @@ conclusion texts the regulator read stay as stored.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dear.debate import prompts
-from dear.debate.engine import graded_answer, vote_seed_of
+from dear.debate.engine import DECISIONS, graded_answer, vote_seed_of
 from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
 from dear.tasks.equivalence import AnswerClasses
 from dear.tasks.types import Question
 from dear.vote import vote
 
 def regrade_turn(turn: AgentTurn, question: Question, classes: AnswerClasses) -> AgentTurn:
-    """`turn` with its answer, key, grade and grader recomputed from its stored text, as the engine grades it."""
+    """`turn` with its answer, key, grade and grader recomputed from its stored text, as the engine grades it. A
+    program-of-thought turn's program is never run again: its answer is read from the output stored with it."""
     answer, key, correct, grader = graded_answer(turn.text, turn.finish_reason, turn.error, question,
-                                                 turn.style or prompts.DEFAULT_STYLE)  # the style it was prompted in
+                                                 turn.style or prompts.DEFAULT_STYLE,  # the style it was prompted in
+                                                 program=turn.program, run_programs=False)
     key = classes.canonical(key) if key is not None else None
     return replace(turn, answer=answer, answer_key=key, correct=correct, grader=grader)
 
@@ -43,10 +49,30 @@ def kept_answer(turn: AgentTurn, kept: AgentTurn) -> AgentTurn:
     return replace(turn, answer=kept.answer, answer_key=kept.answer_key, correct=kept.correct, grader=kept.grader)
 
 
-def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int) -> DebateTrace:
-    """A copy of `trace` graded by today's rules (module docstring)."""
+class MissingVoteRule(ValueError):
+    """A stored vote whose rule the trace does not record, and no rule was named for it."""
+
+
+def vote_rule_of(trace: DebateTrace, vote_rule: str | None = None) -> str:
+    """The rule `trace`'s final vote is taken by: the one it records, else `vote_rule` (named by the caller for
+    traces that record none). MissingVoteRule when neither names one: a rule is never guessed."""
+    if vote_rule is not None and vote_rule not in DECISIONS:
+        raise ValueError(f"vote rule must be one of {DECISIONS}, got {vote_rule!r}")
+    if trace.decision is not None:
+        return trace.decision
+    if vote_rule is None:
+        raise MissingVoteRule(f"debate {trace.debate_id} records no vote rule")
+    return vote_rule
+
+
+def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int,
+                  vote_rule: str | None = None) -> DebateTrace:
+    """A copy of `trace` graded by today's rules (module docstring). `vote_rule` (DECISIONS) re-votes a trace
+    that records no rule of its own; a trace that records one keeps it."""
     if question.id != trace.question_id:
         raise ValueError(f"regrade_trace: trace of {trace.question_id!r} given question {question.id!r}")
+    if vote_rule is not None and vote_rule not in DECISIONS:
+        raise ValueError(f"vote rule must be one of {DECISIONS}, got {vote_rule!r}")
     classes = AnswerClasses(question.kind)
     rounds: list[list[AgentTurn]] = []
     for turns in trace.rounds:
@@ -61,28 +87,15 @@ def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int) -> D
         return out
     if trace.final_score is None and not trace.vote_counts:
         return out  # never voted (a stored round 0 that later rounds continue), or nobody ever answered
-    decision = decision_of(trace)
+    decision = vote_rule_of(trace, vote_rule)
     if decision == "belief-weighted":
         raise ValueError(f"debate {trace.debate_id}: a belief-weighted vote needs the certainties the regulator "
                          "measured, which the trace does not hold; it cannot be re-voted")
     voters = voting_turns(out.rounds, decision)
     rng = np.random.default_rng([vote_seed_of(engine_seed, trace.seed), len(out.rounds) - 1])
     out.set_vote(vote([t.answer_key for t in voters], [t.correct for t in voters], rng))
+    out.decision = decision  # recorded: the next re-grade needs no rule named
     return out
-
-
-def decision_of(trace: DebateTrace) -> str:
-    """The rule the trace's final vote was taken by: as recorded, else (a trace written before the rule was) the one
-    whose voters' stored answers give its stored vote counts. ValueError when neither does."""
-    if trace.decision is not None:
-        return trace.decision
-    stored = {k: v for k, v in trace.vote_counts.items() if v}
-    for decision in ("last-round", "all-answers"):
-        keys = Counter(t.answer_key for t in voting_turns(trace.rounds, decision) if t.answer_key is not None)
-        if dict(keys) == stored:
-            return decision
-    raise ValueError(f"debate {trace.debate_id}: its stored vote {stored} is neither its last round's nor its "
-                     "every sample's; cannot tell which rule to vote by")
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,7 @@ class TraceChange:
     new_correct: bool  # the new seeded pick
     old_final: str | None
     new_final: str | None
+    old_score: float | None = None  # the stored score (ties as expected values)
 
 
 def change_of(old: DebateTrace, new: DebateTrace) -> TraceChange:
@@ -103,4 +117,4 @@ def change_of(old: DebateTrace, new: DebateTrace) -> TraceChange:
                   for ta, tb in zip(old.rounds, new.rounds) for a, b in zip(ta, tb))
     return TraceChange(question_id=old.question_id, turns_changed=changed, old_correct=bool(old.final_correct),
                        new_score=new.final_expected, new_correct=bool(new.final_correct),
-                       old_final=old.final_answer, new_final=new.final_answer)
+                       old_final=old.final_answer, new_final=new.final_answer, old_score=old.final_expected)

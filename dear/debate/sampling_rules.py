@@ -6,20 +6,38 @@
   `dear.debate.protocols.AdaptiveSCProtocol`. Its fresh sample k sends round-0 agent k's request (same messages,
   sampling and seed), so on a backend whose answer depends only on the request, as a real model's does, it is that
   sample (tests/dear/debate/test_sampling_rules.py); the sim backend draws a fresh turn from the drawing agent's own
-  random stream, so there it is the same only in distribution.
+  random stream, so there it is the same only in distribution;
+- `adaptive-sc-A-from-S`: the same with an explicit start: the first S samples, then one at a time until A share an
+  answer or all are used; the plurality over those used (`adaptive-sc-A` is `adaptive-sc-A-from-3`);
+- `esc-W` (ESC, Li et al. 2024, early-stopping self-consistency): draw windows of W samples; stop after the first
+  window whose W answers are all the same (none missing); the plurality over every sample drawn (all samples when
+  no window is unanimous).
 
-A rule's score is its vote's expected correctness over tied leaders (`dear.vote`, the project's tie rule); its
-tokens are prompt + completion of the samples it used. Used offline by `simworld.sampling_validation` (real vs
-simulated samples) and by `eval.run`'s adaptive self-consistency methods (on the stored round 0).
+Rules that read the samples' confidences (`Samples.confidence`, one scalar per sample, higher = more confident;
+their parameters in `RuleParams`):
+- `cisc-K` (CISC, Taubenfeld et al. 2025, confidence-informed SC): the first K samples, each voting with weight
+  softmax(confidence / tau) over the K;
+- `confident-stop` (ReASC / DeepConf online): draw one sample; if it has an answer and its confidence is at least
+  `threshold`, stop with its answer; else go on as adaptive SC from that one sample until `agree` share an answer
+  (or all are used), and vote over those used with the CISC weights.
+A sample without a confidence (None) weighs as the least confident sample it votes with (all None: equal weights)
+and never clears the threshold.
+
+A rule's score is its vote's expected correctness over tied leaders (`dear.vote`, the project's tie rule; weighted
+votes through `weighted_tally`); its tokens are prompt + completion of the samples it used. Used offline by
+`simworld.sampling_validation` (real vs simulated samples), by `eval.run`'s adaptive self-consistency methods (on the
+stored round 0) and by `eval.bank_replay` (on a sample bank, order-averaged by `dear.debate.replay_orders`).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dear.debate.trace import AgentTurn, DebateTrace
-from dear.vote import key_correct, tally
+from dear.vote import Tally, key_correct, tally, weighted_tally
 
 ROUND0_AGENTS = 3  # the debates' V: adaptive rules start from this many samples unless told otherwise
 # How a round's answers agree: what a regulator sees after round 0 (simworld.sampling_validation, policy_states)
@@ -39,6 +57,13 @@ class Samples:
     keys: tuple[str | None, ...]
     correct: tuple[bool, ...]
     tokens: tuple[int, ...]  # prompt + completion per sample
+    # One confidence scalar per sample (the summary the confidence rules read; None: that sample has none);
+    # None: no confidences at all (the confidence rules refuse such samples).
+    confidence: tuple[float | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.confidence is not None and len(self.confidence) != len(self.keys):
+            raise ValueError(f"Samples: {len(self.confidence)} confidences for {len(self.keys)} samples")
 
     @classmethod
     def of(cls, trace: DebateTrace) -> Samples:
@@ -64,26 +89,119 @@ def rules_for(width: int) -> list[str]:
     return ["cot"] + [f"sc-{k}" for k in sc] + [f"adaptive-sc-{a}" for a in (2, 3) if width >= ROUND0_AGENTS]
 
 
-def samples_used(s: Samples, rule: str, start: int = ROUND0_AGENTS) -> int:
-    """How many of the samples (a prefix) a rule reads; adaptive rules start from the first `start`."""
-    if rule == "cot":
-        return 1
-    name, _, arg = rule.rpartition("-")
-    if name not in ("sc", "adaptive-sc") or not arg.isdigit():
-        raise ValueError(f"unknown rule {rule!r}; known: cot, sc-K, adaptive-sc-A")
-    k = int(arg)
-    if name == "sc":
-        if k > len(s.keys):
-            raise ValueError(f"rule {rule!r} needs {k} samples, the question has {len(s.keys)}")
-        return k
-    n = min(start, len(s.keys))
-    while n < len(s.keys) and tally(s.keys[:n]).top < k:
+CONFIDENT_STOP = "confident-stop"
+_FROM = re.compile(r"adaptive-sc-(\d+)-from-(\d+)")
+KNOWN = "cot, sc-K, adaptive-sc-A, adaptive-sc-A-from-S, esc-W, cisc-K, confident-stop"
+
+
+@dataclass(frozen=True)
+class RuleParams:
+    """The confidence rules' parameters (fitted on training questions by `dear.debate.replay_orders`)."""
+
+    tau: float = 0.1  # CISC softmax temperature, in the confidence's units (mean log-probs differ by ~0.1)
+    threshold: float = math.inf  # confident-stop: a first sample at least this confident ends the draw (inf: never)
+    agree: int = 2  # confident-stop: after an unconfident first sample, draw until this many share an answer
+
+    def __post_init__(self) -> None:
+        if not self.tau > 0:
+            raise ValueError(f"RuleParams: tau must be > 0, got {self.tau}")
+
+
+DEFAULT_PARAMS = RuleParams()
+
+
+def _unknown(rule: str) -> ValueError:
+    return ValueError(f"unknown rule {rule!r}; known: {KNOWN}")
+
+
+def _adaptive_used(keys: Sequence[str | None], agree: int, start: int) -> int:
+    """Samples read by adaptive SC: the first `start`, then one more until `agree` share an answer or none is left."""
+    n = min(start, len(keys))
+    while n < len(keys) and tally(keys[:n]).top < agree:
         n += 1
     return n
 
 
-def rule_outcome(s: Samples, rule: str, start: int = ROUND0_AGENTS) -> Outcome:
+def _esc_used(keys: Sequence[str | None], window: int) -> int:
+    """Samples read by ESC: whole windows up to the first unanimous one (an answer in every slot); else all."""
+    for end in range(window, len(keys) + 1, window):
+        first = keys[end - window]
+        if first is not None and all(k == first for k in keys[end - window:end]):
+            return end
+    return len(keys)
+
+
+def _prefix(s: Samples, rule: str, k: int) -> int:
+    if k > len(s.keys):
+        raise ValueError(f"rule {rule!r} needs {k} samples, the question has {len(s.keys)}")
+    return k
+
+
+def confidences(s: Samples, rule: str) -> tuple[float | None, ...]:
+    """The samples' confidences, which `rule` reads: an error naming it when the samples carry none."""
+    if s.confidence is None:
+        raise ValueError(f"rule {rule!r} reads confidences; these samples have none")
+    return s.confidence
+
+
+def stops_at_first(s: Samples, threshold: float) -> bool:
+    """confident-stop's test: the first sample has an answer and a confidence of at least `threshold`."""
+    if not s.keys:
+        return False
+    c = confidences(s, CONFIDENT_STOP)[0]
+    return s.keys[0] is not None and c is not None and c >= threshold
+
+
+def samples_used(s: Samples, rule: str, start: int = ROUND0_AGENTS, params: RuleParams = DEFAULT_PARAMS) -> int:
+    """How many of the samples (a prefix) a rule reads; `adaptive-sc-A` starts from the first `start`."""
+    if rule == "cot":
+        return 1
+    if rule == CONFIDENT_STOP:
+        return 1 if stops_at_first(s, params.threshold) else _adaptive_used(s.keys, params.agree, 1)
+    if m := _FROM.fullmatch(rule):
+        agree, first = int(m[1]), int(m[2])
+        if first < 1:
+            raise ValueError(f"rule {rule!r}: start from at least 1 sample")
+        return _adaptive_used(s.keys, agree, first)
+    name, _, arg = rule.rpartition("-")
+    if name not in ("sc", "adaptive-sc", "esc", "cisc") or not arg.isdigit():
+        raise _unknown(rule)
+    k = int(arg)
+    if name == "sc":
+        return _prefix(s, rule, k)
+    if name == "adaptive-sc":
+        return _adaptive_used(s.keys, k, start)
+    if k < 1:
+        raise ValueError(f"rule {rule!r}: needs at least 1 sample")
+    return _esc_used(s.keys, k) if name == "esc" else _prefix(s, rule, k)
+
+
+def cisc_weights(confidence: Sequence[float | None], tau: float) -> list[float]:
+    """softmax(confidence / tau) over the voting samples; a missing confidence counts as the lowest present one
+    (the least weight), and equal weights when none is present."""
+    present = [c for c in confidence if c is not None]
+    floor = min(present, default=0.0)
+    z = [(floor if c is None else c) / tau for c in confidence]
+    top = max(z, default=0.0)
+    e = [math.exp(x - top) for x in z]  # shifted by the largest: no overflow, same softmax
+    total = sum(e)
+    return [x / total for x in e]
+
+
+def is_weighted(rule: str) -> bool:
+    """Whether the rule's vote weighs samples by confidence (cisc-K, confident-stop) rather than counting them."""
+    return rule == CONFIDENT_STOP or rule.startswith("cisc-")
+
+
+def _votes(s: Samples, rule: str, n: int, params: RuleParams) -> Tally:
+    keys = s.keys[:n]
+    if not is_weighted(rule):
+        return tally(keys)
+    return weighted_tally(keys, cisc_weights(confidences(s, rule)[:n], params.tau))
+
+
+def rule_outcome(s: Samples, rule: str, start: int = ROUND0_AGENTS, params: RuleParams = DEFAULT_PARAMS) -> Outcome:
     """The rule's vote over the samples it uses: score (ties as expected values), samples used, their tokens."""
-    n = samples_used(s, rule, start)
+    n = samples_used(s, rule, start, params)
     keys, correct = s.keys[:n], s.correct[:n]
-    return Outcome(tally(keys).score(key_correct(keys, correct)), n, int(sum(s.tokens[:n])))
+    return Outcome(_votes(s, rule, n, params).score(key_correct(keys, correct)), n, int(sum(s.tokens[:n])))

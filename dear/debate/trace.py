@@ -18,7 +18,7 @@ from dear.vote import VoteResult, key_correct, tally
 
 
 # AgentTurn fields written only when set (they came later; older traces and debates without profiles lack them).
-_UNSET_WHEN_NONE = ("profile", "style", "confidence")
+_UNSET_WHEN_NONE = ("profile", "style", "confidence", "source", "program")
 
 
 @dataclass
@@ -62,6 +62,13 @@ class AgentTurn:
     # The model's own confidence in this completion (dear/confidence.py: summaries + compact per-token arrays, or
     # {"missing": reason}); None when the debate did not ask for it (and then left out of the JSON).
     confidence: dict[str, Any] | None = None
+    # Where the completion came from when not the debate's own model call: "bank:<shelf>#<index>" (a replayed real
+    # sample, dear/bank/backend.py) or the live model behind a bank world; None = generated (left out of the JSON).
+    source: str | None = None
+    # A program-of-thought turn's program and what became of it in the sandbox (dear.debate.pot.PotRun.to_dict():
+    # code, stdout/stderr capped, exit status, run time, verdict, the answer line it printed); None for the other
+    # reply styles and a failed call (and then left out of the JSON). Re-grading reads it instead of running again.
+    program: dict[str, Any] | None = None
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -130,8 +137,10 @@ class DebateTrace:
     # Which pool profile each agent ran (agent i = `DebateConfig.agent_profiles[pool_order[i]]`), when the pool's
     # order was shuffled for this debate; None = agent i ran profile i (and the key is not written).
     pool_order: list[int] | None = None
-    # The final vote's rule (dear.debate.engine.DECISIONS) when it is not the paper's last round; None = the last
-    # round, or a trace written before the rule was recorded (`dear.debate.regrade` then tells it from the vote).
+    # The final vote's rule (dear.debate.engine.DECISIONS), the paper's "last-round" included. None only in a trace
+    # that never voted, or in one written before every rule was recorded (a last-round vote then left it unset);
+    # `dear.debate.regrade` re-votes such a trace only by a rule it is given (eval.regrade --vote-rule), never a
+    # guessed one.
     decision: str | None = None
 
     @property
@@ -218,7 +227,7 @@ class DebateTrace:
     # ---- serialisation ----
     def to_dict(self) -> dict[str, Any]:
         """Plain data; a turn without a profile has no profile keys, a debate in pool order no `pool_order` and one
-        decided by its last round no `decision` (such a debate is written as before those existed, byte for byte)."""
+        without a recorded vote rule no `decision` (an older trace is written again as it was, byte for byte)."""
         d = asdict(self)
         for key in ("pool_order", "decision"):
             if d[key] is None:

@@ -77,6 +77,11 @@ class Completion:
     # The tokens' log-probabilities when the request asked for them and the server sent them; None otherwise
     # (a caller that asked tells "not sent" from this None: it never stands for a made-up number).
     logprobs: TokenLogprobs | None = None
+    # A confidence record that comes with the completion (a bank replays the stored one; dear/confidence.py).
+    confidence: dict[str, Any] | None = None
+    # Where the completion came from when not the backend's own model: e.g. "bank:<shelf>#<index>" (a replayed
+    # real sample) or a live model's id behind a bank world; None = the backend's model generated it.
+    source: str | None = None
 
     def __post_init__(self):
         if isinstance(self.logprobs, dict):  # a response-cache entry (dataclasses.asdict) read back

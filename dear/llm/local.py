@@ -34,16 +34,34 @@ class ThreadChoice:
 
     threads: int
     cores: int  # cores this process may run on
-    load: float | None  # the machine's 1-minute load average (None: the OS does not say)
-    override: str | None = None  # what set the count instead of the free-cores rule, e.g. "DEAR_LLAMA_THREADS=1"
+    load: float | None  # the machine's 1-minute load average at the choice (None: the OS does not say)
+    override: str | None = None  # what set the count instead of the default (every core), e.g. "DEAR_LLAMA_THREADS=1"
+
+    @property
+    def busy(self) -> bool:
+        """The default count while other work already holds at least a core: threads will share cores."""
+        return self.override is None and self.load is not None and round(self.load) >= 1 \
+            and self.threads > self.cores - round(self.load)
+
+    def warning(self) -> str | None:
+        """One line when the machine was busy at the choice (`busy`), naming the setting that avoids the slowdown."""
+        if not self.busy:
+            return None
+        return (f"warning: the machine is busy (load {self.load:.1f} on {self.cores} cores): llama.cpp's "
+                f"{self.threads} threads share cores with other work and may decode up to ~10x slower; "
+                f"DEAR_LLAMA_THREADS={max(1, self.cores - round(self.load))} avoids that (the texts of a seed depend "
+                f"on the count)")
 
     def describe(self) -> str:
-        """One line for the start of a run."""
+        """The line for the start of a run, followed by `warning()`'s line when the machine was busy."""
         load = "unknown" if self.load is None else f"{self.load:.1f}"
         noun = "thread" if self.threads == 1 else "threads"
         if self.override:
             return f"llama.cpp: {self.threads} {noun} ({self.override}; {self.cores} cores, load {load})"
-        return f"llama.cpp: {self.threads} {noun} ({self.cores} cores, load {load}; set DEAR_LLAMA_THREADS to override)"
+        line = (f"llama.cpp: {self.threads} {noun} ({self.cores} cores, load {load}; every usable core, whatever the "
+                f"load; set DEAR_LLAMA_THREADS to override)")
+        warning = self.warning()
+        return f"{line}\n{warning}" if warning else line
 
 
 def usable_cores() -> int:
@@ -63,11 +81,14 @@ def load_average() -> float | None:
 
 
 def choose_threads(n_threads: int | None = None) -> ThreadChoice:
-    """`n_threads` if given, else DEAR_LLAMA_THREADS if set, else the cores left free: max(1, cores - round(load)).
+    """`n_threads` if given, else DEAR_LLAMA_THREADS if set, else every usable core: a fixed default.
 
-    llama.cpp threads spin at barriers, so threads that share a core with other busy processes slow each other
-    down ~10x (measured: 2 threads 1.3 tok/s vs 1 thread 13.7 tok/s at load 15 on 2 cores); counting only the
-    cores the load leaves free avoids that.
+    llama.cpp's numerics follow its thread count, so the same seed gives other texts at another count; the count
+    therefore never follows the machine's load (it once did: a run started while a core was busy decoded other
+    texts than the same run on a quiet machine). The price: llama.cpp threads spin at barriers, so threads that
+    share a core with other busy processes slow each other down ~10x (measured: 2 threads 1.3 tok/s vs 1 thread
+    13.7 tok/s at load 15 on 2 cores). The choice records the load it saw, and `describe()` adds a warning line
+    that names DEAR_LLAMA_THREADS when the load was high.
     """
     cores, load = usable_cores(), load_average()
     if n_threads:
@@ -79,8 +100,7 @@ def choose_threads(n_threads: int | None = None) -> ThreadChoice:
         except ValueError:
             raise ValueError(f"DEAR_LLAMA_THREADS must be an integer, got {env!r}") from None
         return ThreadChoice(threads, cores, load, override=f"DEAR_LLAMA_THREADS={env}")
-    free = cores if load is None else cores - round(load)
-    return ThreadChoice(max(1, free), cores, load)
+    return ThreadChoice(max(1, cores), cores, load)
 
 
 def request_payload(request: ChatRequest, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -342,7 +362,8 @@ class LocalLlamaBackend(Backend):
         model_path: any GGUF file.
         n_parallel: decoding slots; set it to the number of requests per round (debates x agents) or less.
         n_ctx: context per slot (the KV cache holds n_parallel * n_ctx tokens).
-        n_threads: CPU threads for decoding (default: `choose_threads()`: DEAR_LLAMA_THREADS, else the free cores).
+        n_threads: CPU threads for decoding (default: `choose_threads()`: DEAR_LLAMA_THREADS, else every usable
+            core, whatever the load).
         n_batch: prompt-processing batch size.
         cache_prompt: let a slot reuse the KV cache of a shared prompt prefix; requests that carry a `session`
             then keep one slot across turns (`SlotAffinity`).

@@ -11,6 +11,7 @@ SPECS = {
     "openai:http://host:port/v1[#model]": "any OpenAI-compatible chat-completions server",
     "vllm:<hf model id or path>": "vLLM in-process on a CUDA GPU",
     "sim": "synthetic debaters (no LLM)",
+    "bank[:DIR]": "a sample bank's real samples replayed (dear/bank; default: the embedded model's committed bank)",
 }
 
 
@@ -26,7 +27,7 @@ def check_spec(spec: str) -> str:
         raise _unknown(spec, f"{kind} takes no argument")
     if kind in ("openai", "vllm") and not rest.partition("#")[0]:
         raise _unknown(spec, "openai needs a base URL" if kind == "openai" else "vllm needs a model id or path")
-    if kind not in ("local", "smoke", "sim", "openai", "vllm"):
+    if kind not in ("local", "smoke", "sim", "openai", "vllm", "bank"):
         raise _unknown(spec, f"unrecognised kind {kind!r}")
     return spec.strip()
 
@@ -58,6 +59,10 @@ def make_backend(spec: str, **kwargs) -> Backend:
         from dear.llm.vllm_backend import VLLMBackend
 
         return VLLMBackend(rest, **kwargs)
+    if kind == "bank":  # options: benchmark, split, profile, max_tokens, live (a backend), grow, seed
+        from dear.bank.backend import DEFAULT_BANK, BankBackend
+
+        return BankBackend(rest or DEFAULT_BANK, **kwargs)
     from dear.sim.backend import SimBackend  # the simulated world, a package of its own (dear/sim/)
 
     return SimBackend(**kwargs)

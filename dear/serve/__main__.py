@@ -19,9 +19,9 @@ from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_policy_args
 from dear.debate.profiles import AgentProfile, on_backend
 from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
-from dear.infer import RegulatedDebater
+from dear.infer import RegulatedDebater, refuse_pot_on_sim
 from dear.serve import __doc__ as package_doc
-from dear.serve.app import DEFAULT_MAX_BODY_SIZE, ServeSettings, create_app
+from dear.serve.app import DEFAULT_MAX_BODY_SIZE, SYNTHETIC_ANSWERS, ServeSettings, create_app, synthetic_example
 from dear.serve.methods import served_names
 from dear.serve.scheduler import DebateScheduler
 
@@ -127,6 +127,7 @@ def checked_profiles(a: argparse.Namespace, n_agents: int) -> tuple[AgentProfile
     if len(profiles) != n_agents:
         raise ValueError(f"--agent-profiles lists {len(profiles)} agents but the policy {a.policy} debates with "
                          f"V={n_agents}; give one profile per agent")
+    refuse_pot_on_sim(on_backend(profiles, a.llm), a.llm, a.llm)  # the synthetic debaters write no programs
     return profiles
 
 
@@ -137,11 +138,9 @@ def backend_options(a: argparse.Namespace, n_agents: int) -> dict[str, Any]:
     return options
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import uvicorn
-
-    a = parse_args(argv)
-    logging.basicConfig(level=a.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+def serve_app(a: argparse.Namespace) -> tuple[Any, list[str]]:
+    """The server `a` asks for, its backend connected (a backend that is down gives 503s), and the lines to print
+    before it listens: an exposure warning, where it serves and, on the synthetic backend, what it answers."""
     try:
         exported = load_exported(a.policy)
     except ExportError as e:
@@ -164,12 +163,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     scheduler.connect()  # load the backend before listening; a backend that is down gives 503s
     app = create_app(scheduler, ServeSettings(model_name=a.model_name, default_kind=a.kind, api_key=a.api_key,
                                               max_body_size=a.max_body_size))
+    lines = []
     warning = exposure_warning(a.host, a.api_key)
     if warning:
-        print(warning, file=sys.stderr, flush=True)
+        lines.append(warning)
     agents = f", agents {', '.join(p.name for p in on_backend(profiles, a.llm))}" if profiles else ""
-    print(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}{agents}) on http://{a.host}:{a.port}/v1"
-          f"{' (API key required)' if a.api_key else ''}", flush=True)
+    lines.append(f"serving {a.model_name!r} (policy {a.policy}, llm {a.llm}{agents}) on http://{a.host}:{a.port}/v1"
+                 f"{' (API key required)' if a.api_key else ''}")
+    if scheduler.synthetic:
+        lines.append(f"{SYNTHETIC_ANSWERS}; e.g.: {synthetic_example()!r}")
+    return app, lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import uvicorn
+
+    a = parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    app, lines = serve_app(a)
+    for line in lines:
+        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout, flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level)
     return 0
 

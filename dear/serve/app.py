@@ -194,6 +194,26 @@ class _Listener:
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)
 
 
+SYNTHETIC_TASK = "synthetic"
+SYNTHETIC_ANSWERS = ("the synthetic debater backend ('sim') answers only questions of the 'synthetic' task, whose "
+                     "text carries its '[synthetic id=... difficulty=... answer=... distractors=...]' header")
+
+
+def synthetic_example() -> str:
+    """A question the synthetic backend answers: the first test question of the synthetic task."""
+    from dear.tasks.synthetic import load_synthetic
+
+    return load_synthetic(n=1, seed=0, split="test")[0].question
+
+
+def synthetic_refusal() -> str:
+    """The 400 message for another question on the synthetic backend: what it answers, and an example header."""
+    header = synthetic_example().splitlines()[0]
+    return (f"this server runs the synthetic debater backend ('sim'), which only answers questions of the "
+            f"'{SYNTHETIC_TASK}' task, with their '[synthetic ...]' header, e.g. '{header}' followed by the question "
+            f"text (GET /v1/models says the same; a real model, e.g. --llm local, answers any question)")
+
+
 def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettings()) -> Starlette:
     """The ASGI app around a scheduler (started on startup, closed on shutdown)."""
     served = served_names(settings.model_name)  # model name -> method
@@ -225,8 +245,10 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
 
     async def models(request: Request) -> Response:
         names = [n for name in served for n in (name, *(f"{name}:{k}" for k in KINDS))]
+        # On the synthetic backend every model says which task it answers (extra fields; clients keep them).
+        task = {"task": SYNTHETIC_TASK, "answers": SYNTHETIC_ANSWERS} if scheduler.synthetic else {}
         return JSONResponse({"object": "list", "data": [
-            {"id": n, "object": "model", "created": 0, "owned_by": "dear"} for n in names]})
+            {"id": n, "object": "model", "created": 0, "owned_by": "dear", **task} for n in names]})
 
     async def chat(request: Request) -> Response:
         try:
@@ -241,9 +263,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             params = parse_request(body, served, settings.default_kind)
             scheduler.check_budget(params.method, params.max_tokens)
             if scheduler.synthetic and parse_header(params.question) is None:
-                raise RequestError("this server runs the synthetic debater backend ('sim'), which only answers "
-                                   "questions of the 'synthetic' task (with their '[synthetic ...]' header)",
-                                   "messages")
+                raise RequestError(synthetic_refusal(), "messages")
             request_id = f"chatcmpl-dear-{uuid.uuid4().hex[:24]}"
             question = make_question(params.question, params.kind, params.choices, qid=request_id)  # type: ignore[arg-type]
         except RequestError as e:

@@ -264,12 +264,13 @@ def test_training_handles_early_stops(tmp_path):
     assert all(r.controls[-1].stop for r in stopped)
 
 
-def test_a_regrade_votes_again_by_the_rule_that_voted():
-    """A debate voted over every sample is re-voted over every sample, whether its trace records the rule or (a
-    trace written before it was recorded) the rule is told from its stored vote."""
+def test_a_regrade_votes_again_by_the_rule_the_trace_records():
+    """A debate voted over every sample records that rule and is re-voted over every sample. A trace written before
+    every rule was recorded is refused unless a rule is named for it, and is re-voted by the named rule (never one
+    guessed from its stored vote); a trace that records its rule keeps it whatever is named."""
     from dataclasses import replace
 
-    from dear.debate.regrade import decision_of, regrade_trace
+    from dear.debate.regrade import MissingVoteRule, regrade_trace
 
     env = make_env(decision="all-answers")
     env.reset(seed=[1, 2, 3, 4])
@@ -278,16 +279,23 @@ def test_a_regrade_votes_again_by_the_rule_that_voted():
               "stop": np.zeros(4, np.int8)}
     env.step(action)
     env.step(action)
-    fresh, revise = env.debates[:2]
+    fresh = env.debates[0]
     for d in env.debates:
         assert d.trace.decision == "all-answers" and d.trace.to_dict()["decision"] == "all-answers"
-        old = replace(d.trace, decision=None)  # as written before the rule was recorded
-        for trace in (d.trace, old):
-            again = regrade_trace(trace, d.question, engine_seed=0)
-            assert (again.vote_counts, again.final_score) == (d.trace.vote_counts, d.trace.final_score)
-    # fresh samples and revisions add voters; kept answers (silent) vote as the last round does
-    assert [decision_of(replace(d.trace, decision=None)) for d in (fresh, revise)] == ["all-answers"] * 2
+        for named in (None, "last-round"):  # its own rule, whatever is named for traces that record none
+            again = regrade_trace(d.trace, d.question, engine_seed=0, vote_rule=named)
+            assert (again.vote_counts, again.final_score, again.decision) == \
+                (d.trace.vote_counts, d.trace.final_score, "all-answers")
+        old = replace(d.trace, decision=None)  # as written before every rule was recorded
+        with pytest.raises(MissingVoteRule, match="records no vote rule"):
+            regrade_trace(old, d.question, engine_seed=0)
+        again = regrade_trace(old, d.question, engine_seed=0, vote_rule="all-answers")
+        assert (again.vote_counts, again.final_score, again.decision) == \
+            (d.trace.vote_counts, d.trace.final_score, "all-answers")
+    # fresh samples add voters; the rule named for an unrecorded trace is the one it is re-voted by
     assert sum(fresh.trace.vote_counts.values()) == 9
+    last = regrade_trace(replace(fresh.trace, decision=None), fresh.question, engine_seed=0, vote_rule="last-round")
+    assert last.decision == "last-round" and sum(last.vote_counts.values()) <= 3
     env.close()
-    with pytest.raises(ValueError, match="cannot tell which rule to vote by"):
-        decision_of(replace(fresh.trace, decision=None, vote_counts={"nonsense": 7}))
+    with pytest.raises(ValueError, match="vote rule must be one of"):
+        regrade_trace(fresh.trace, fresh.question, engine_seed=0, vote_rule="guess")

@@ -98,7 +98,7 @@ def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, 
                "--n-rounds", "1", "--max-tokens", "24", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
-    assert "SYNTHETIC" in text and "round 1: answers" in text and "reads {" in text
+    assert "SYNTHETIC" in text and "round 1: answers" in text and "agent 0: " in text
     assert "accuracy" not in text  # no gold, nothing graded
     trace = json.loads(out.read_text().splitlines()[0])
     assert len(trace["rounds"]) == 2 and all(t["grader"] == "none" for r in trace["rounds"] for t in r)
@@ -106,6 +106,71 @@ def test_cli_on_the_smoke_model_writes_traces_and_decisions(exported, tmp_path, 
     assert decisions["debate_id"] == trace["debate_id"] and len(decisions["decisions"]) == 1
     assert [t["peers"] for t in trace["rounds"][1]] == [
         [j for j, m in enumerate(row) if m] for row in decisions["decisions"][0]["mask"]]
+
+
+def _turn(agent, rnd, answer, peers=(), silent=False, fresh=False, error=None):
+    from dear.debate.trace import AgentTurn
+
+    return AgentTurn(agent=agent, round=rnd, messages=[], text="", reasoning="r", conclusion="c", answer=answer,
+                     answer_key=answer, correct=False, grader="none", temperature=0.5 + rnd / 4, top_p=0.95, seed=rnd,
+                     peers=list(peers), prompt_tokens=0, completion_tokens=0, finish_reason="stop", latency_s=0.0,
+                     silent=silent, fresh=fresh, error=error)
+
+
+def test_the_text_output_says_what_each_agent_did_with_sampling_only_where_a_call_was_made():
+    """Issue 59 item 3: per round and agent the turn kind (a round-0 sample, revise reading whom, keep, a fresh
+    sample, not called after a stop), T and top-p only where a model call was made."""
+    from dear.debate.trace import DebateTrace
+    from dear.infer import describe_rounds, inference_result
+
+    trace = DebateTrace(debate_id="d", question_id="q", task="user", question="?", gold="", kind="numeric",
+                        model_ids=["m"] * 3)
+    trace.add_round([_turn(0, 0, "391"), _turn(1, 0, "491"), _turn(2, 0, "491")])
+    trace.add_round([_turn(0, 1, "391", peers=[1, 2]), _turn(1, 1, "491", silent=True),
+                     _turn(2, 1, "301", fresh=True)])
+    trace.final_answer = "391"
+
+    class Done:
+        question = make_question("?", "integer")
+        debate_id = "d"
+
+    Done.trace = trace
+    lines = describe_rounds(inference_result(Done, []), n_rounds=2)
+    assert lines == [
+        "  round 0: answers ['391', '491', '491']",
+        "    agent 0: sample, T 0.50, top-p 0.95 -> 391",
+        "    agent 1: sample, T 0.50, top-p 0.95 -> 491",
+        "    agent 2: sample, T 0.50, top-p 0.95 -> 491",
+        "  round 1: answers ['391', '491', '301']",
+        "    agent 0: revise reading agents 1, 2, T 0.75, top-p 0.95 -> 391",
+        "    agent 1: keep (no call) -> 491",
+        "    agent 2: fresh sample, T 0.75, top-p 0.95 -> 301",
+        "  round 2: not called (the policy stopped the debate after round 1)",
+    ]
+
+
+def test_the_cli_prints_every_turn_kind_of_a_real_policy_debate(exported, capsys):
+    """On the sim with the shipped extended policy: each printed turn agrees with the trace's flags."""
+    from dear.export import SHIPPED_POLICY
+
+    question = load_synthetic(n=3, seed=0, split="test")[2].question
+    out = exported.parent / "t.jsonl"
+    assert main(["--policy", str(SHIPPED_POLICY), "--llm", "sim", "--question", question, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    trace = json.loads(out.read_text().splitlines()[0])
+    printed, rnd = {}, None
+    for line in text.splitlines():
+        if line.startswith("  round "):
+            rnd = int(line.split()[1].rstrip(":"))
+        elif line.startswith("    agent "):
+            printed[rnd, int(line.split()[1].rstrip(":"))] = line
+    turns = [t for r in trace["rounds"] for t in r]
+    assert set(printed) == {(t["round"], t["agent"]) for t in turns}
+    for t in turns:
+        line = printed[t["round"], t["agent"]]
+        assert ("keep (no call)" in line) == t["silent"] and (" T " in line) != t["silent"], line
+        assert ("fresh sample" in line) == t["fresh"], line
+    assert any(t["silent"] for t in turns) and any(t["fresh"] for t in turns)  # this question shows both
 
 
 def test_an_encoder_other_than_the_policys_is_refused_unless_allowed(exported):
@@ -136,6 +201,16 @@ def test_the_shipped_policy_is_the_default_and_loads():
     assert exported.policy.config.actions == "extended" and exported.decision == "all-answers"
     paper = load_exported(PAPER_POLICY)
     assert paper.policy.config.actions == "paper" and paper.decision == "last-round"
+
+
+def test_a_policy_path_that_does_not_exist_is_named_as_missing(tmp_path):
+    from dear.export import ExportError
+
+    with pytest.raises(ExportError, match=r"^--policy: .*nope: does not exist"):
+        main(["--policy", str(tmp_path / "nope"), "--question", "1+1?", "--llm", "sim"])
+    (tmp_path / "empty").mkdir()  # a directory that exists but holds no export: the old message
+    with pytest.raises(ExportError, match="not a DEAR export"):
+        main(["--policy", str(tmp_path / "empty"), "--question", "1+1?", "--llm", "sim"])
 
 
 def test_a_training_run_given_as_policy_gets_the_export_command(tmp_path):

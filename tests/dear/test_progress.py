@@ -1,5 +1,6 @@
 """Progress that moves while debates run: the live display, the token counter the backends advance, the
-training loop's ticks before a chunk ends, the resume line and the llama.cpp thread rule."""
+training loop's ticks before a chunk ends, the ETA counted in tokens and the debates in flight, the resume line
+and the llama.cpp thread rule."""
 
 from __future__ import annotations
 
@@ -75,6 +76,37 @@ def test_bad_totals_are_refused():
         LiveProgress(-1, "x")
 
 
+def test_the_eta_shows_before_any_unit_is_done_counted_in_tokens_with_the_units_in_flight():
+    """Issue 59 item 1: with the tokens a unit is expected to take, the ETA appears with the first tokens (not after
+    the first finished unit), and once units finished the measured tokens per unit replace the expectation."""
+    tokens = [0]
+    out = io.StringIO()
+    p = LiveProgress(100, "HAPPO", tokens=lambda: tokens[0], file=out, refresh_s=3600, line_every_s=3600,
+                     expected_tokens_per_unit=1000)
+    p.set_in_flight(2)
+    p.tick(line=True)
+    assert "<?" in out.getvalue().splitlines()[-1] and "in_flight=2" in out.getvalue()  # no token yet: no ETA
+    tokens[0] = 500  # half a unit's work, nothing finished
+    time.sleep(0.05)
+    p.tick(line=True)
+    line = out.getvalue().splitlines()[-1]
+    assert "0/100" in line and "<?" not in line and "in_flight=2" in line
+    assert p.tokens_per_unit() == 1000
+    rate = p.rate()
+    assert rate == pytest.approx(0.5 / p.snapshot().elapsed_s, rel=0.2)
+    tokens[0] = 4000
+    p.update(2)  # 2 units took 4,000 tokens: 2,000 each from now on
+    assert p.tokens_per_unit() == 2000
+    p.skip(3)  # kept from an interrupted run: not in the measurement
+    assert p.tokens_per_unit() == 2000
+    p.set_in_flight(0)
+    p.close()
+    assert "in_flight=0" in out.getvalue().splitlines()[-1]
+    plain = LiveProgress(10, "x", tokens=lambda: 5, enabled=False)  # no expectation: only finished units count
+    assert plain.rate() is None
+    plain.close()
+
+
 # ------------------------------------------------------------------ the token counter (real model)
 
 
@@ -137,9 +169,17 @@ def test_training_progress_ticks_with_tokens_before_the_first_chunk_ends(tmp_pat
     real = train.workers.make_local_backend
     monkeypatch.setattr(train.workers, "make_local_backend", lambda cfg: SlowBackend(real(cfg)))
     monkeypatch.setattr(dear.progress, "REFRESH_S", 0.02)
-    snaps = []
+    snaps, holder, early_display = [], [], []
+
+    def listen(snap):
+        snaps.append(snap)
+        if snap.done == 0 and snap.tokens > 0 and holder:  # what the line shows before any debate finished
+            live = holder[0].logger.live
+            early_display.append((live.rate(), live._info.get("in_flight")))
+
     cfg = load_config("sim-stylised", [*TINY, "run.iterations=1"])
-    trainer = Trainer(cfg, run_dir=tmp_path / "run", on_progress=snaps.append)
+    trainer = Trainer(cfg, run_dir=tmp_path / "run", on_progress=listen)
+    holder.append(trainer)
     try:
         trainer.train()
     finally:
@@ -147,6 +187,8 @@ def test_training_progress_ticks_with_tokens_before_the_first_chunk_ends(tmp_pat
     early = [s for s in snaps if s.done == 0 and s.tokens > 0]
     assert early, snaps  # tokens counted while the one chunk of 4 debates was still running
     assert early[0].total == 4 and early[0].elapsed_s > 0
+    # an ETA (a rate from the tokens so far and the expected tokens per debate) and the 4 debates in flight
+    assert early_display and all(rate and rate > 0 and n == "4" for rate, n in early_display), early_display
     assert snaps[-1].done == 4
     assert [s.tokens for s in snaps] == sorted(s.tokens for s in snaps)
 
@@ -204,20 +246,21 @@ def machine(monkeypatch):
     return set_
 
 
-@pytest.mark.parametrize("cores, load, threads", [
-    (2, 0.3, 2),  # an idle 2-core machine: both cores
-    (2, 1.2, 1),  # one core busy elsewhere
-    (2, 15.0, 1),  # overloaded: never fewer than one
-    (8, 2.6, 5),
-    (4, None, 4),  # no load average on this OS: every usable core
-])
-def test_threads_are_the_cores_the_load_leaves_free(machine, cores, load, threads):
+@pytest.mark.parametrize("cores, load", [(2, 0.3), (2, 1.2), (2, 15.0), (8, 2.6), (4, None)])
+def test_threads_are_every_usable_core_whatever_the_load(machine, cores, load):
+    """A fixed default (issue 59 item 4): llama.cpp's texts for a seed follow its thread count, so the count never
+    follows the machine's load; a busy machine gets a warning line that names DEAR_LLAMA_THREADS instead."""
     machine(cores, load)
     choice = choose_threads()
-    assert (choice.threads, choice.cores, choice.load) == (threads, cores, load)
-    noun = "thread" if threads == 1 else "threads"
-    assert choice.describe().startswith(f"llama.cpp: {threads} {noun} ({cores} cores, load ")
-    assert choice.describe().endswith("; set DEAR_LLAMA_THREADS to override)")
+    assert (choice.threads, choice.cores, choice.load) == (cores, cores, load)
+    first, *rest = choice.describe().splitlines()
+    assert first.startswith(f"llama.cpp: {cores} threads ({cores} cores, load ")
+    assert first.endswith("every usable core, whatever the load; set DEAR_LLAMA_THREADS to override)")
+    busy = load is not None and round(load) >= 1
+    assert choice.busy == busy and bool(rest) == busy and (choice.warning() is not None) == busy
+    if busy:
+        assert rest == [choice.warning()] and "DEAR_LLAMA_THREADS=" in rest[0]
+        assert rest[0].startswith(f"warning: the machine is busy (load {load:.1f} on {cores} cores)")
 
 
 def test_dear_llama_threads_and_an_explicit_count_override_the_rule(machine, monkeypatch):
@@ -225,6 +268,7 @@ def test_dear_llama_threads_and_an_explicit_count_override_the_rule(machine, mon
     monkeypatch.setenv("DEAR_LLAMA_THREADS", "3")
     assert choose_threads().threads == 3
     assert choose_threads().describe() == "llama.cpp: 3 threads (DEAR_LLAMA_THREADS=3; 2 cores, load 1.6)"
+    assert choose_threads().warning() is None  # the user chose the count: no warning
     assert choose_threads(n_threads=1).threads == 1  # the backend's own argument wins
     monkeypatch.setenv("DEAR_LLAMA_THREADS", "two")
     with pytest.raises(ValueError, match="DEAR_LLAMA_THREADS must be an integer"):

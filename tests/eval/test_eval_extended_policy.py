@@ -86,6 +86,9 @@ def test_the_final_vote_is_the_checkpoints_decision_rule(evaluated):
         longer += sum(t.vote_counts.values()) > sum(k is not None for k in t.answer_keys()[-1])
     assert longer  # the vote counted more answers than the last round holds: all-answers, not last-round
     assert "final vote is `all-answers`" in (out / "summary.md").read_text()
+    # the rule is recorded: in every trace and, per method, in run.json (eval.regrade never guesses it)
+    assert {t.decision for t in traces} == {"all-answers"}
+    assert json.loads((out / "run.json").read_text())["vote_rules"] == {"dear": "all-answers"}
     assert "extended action set" in (out / "summary.md").read_text()
 
 
@@ -116,6 +119,8 @@ def test_the_random_control_plays_dears_action_frequencies(evaluated, tmp_path):
                    "--benchmarks", "synthetic", "--n", str(N), "--seed", "0", "--out", str(res), "--batch", "4",
                    "--n-boot", "100", "--max-tokens", "512", "--no-progress"])
     freq = json.loads((res / "run.json").read_text())["random_policy_frequencies"]["synthetic"]
+    assert json.loads((res / "run.json").read_text())["vote_rules"] == {"dear": "all-answers",
+                                                                         "dear-random-mask": "all-answers"}
     assert freq == json.loads(json.dumps(action_frequencies(traces, 2).to_json()))
     # DEAR's play (agent 0 revises reading both peers, 1 keeps, 2 draws fresh) in every round it went on
     went_on = [t for t in traces if len(t.rounds) > 1]

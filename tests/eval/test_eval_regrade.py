@@ -31,7 +31,8 @@ def test_regrade_reparses_stored_completions_and_rebuilds_the_report(tmp_path, m
     lines[13] = json.dumps(trace)
     mad.write_text("\n".join(lines) + "\n")
 
-    assert regrade.main([str(out)]) == 0
+    # its traces were written before every vote rule was recorded: every method there votes over its last round
+    assert regrade.main(["--vote-rule", "last-round", str(out)]) == 0
     turn = _turn(mad, 14, 1, 0)
     assert turn["answer"] is None and turn["answer_key"] is None  # not an option: no answer
     record = json.loads((out / "regrade.json").read_text())
@@ -45,9 +46,66 @@ def test_regrade_reparses_stored_completions_and_rebuilds_the_report(tmp_path, m
     # the rebuilt report gives the same numbers as the committed one (everything else was already re-graded)
     assert (out / "summary.csv").read_text() == (SOURCE / "summary.csv").read_text()
 
-    assert regrade.main([str(out)]) == 0  # again: nothing left to change, the first run's note stays
+    assert json.loads(mad.read_text().splitlines()[0])["decision"] == "last-round"  # the rule used, now recorded
+    assert regrade.main([str(out)]) == 0  # again, no rule named: each trace records its own; nothing changes
     record = json.loads((out / "regrade.json").read_text())
     assert len(record["runs"]) == 2 and sum(f["turns_changed"] for f in record["runs"][1]["files"].values()) == 0
+    assert record["runs"][0]["vote_rules"] == {"*": "last-round"} and "vote_rules" not in record["runs"][1]
+
+
+def _old_trace_dir(tmp_path: Path, lines: int = 2) -> tuple[Path, Path]:
+    """A copy of the committed GPQA directory cut to its first `lines` questions' MAD traces (written before every
+    vote rule was recorded: no `decision`)."""
+    out = tmp_path / "eval-gpqa-n30"
+    (out / "traces" / "gpqa_diamond").mkdir(parents=True)
+    shutil.copy(SOURCE / "run.json", out / "run.json")
+    mad = out / "traces" / "gpqa_diamond" / "mad.jsonl"
+    mad.write_text("".join(line + "\n" for line in
+                           (SOURCE / "traces" / "gpqa_diamond" / "mad.jsonl").read_text().splitlines()[:lines]))
+    assert all("decision" not in json.loads(x) for x in mad.read_text().splitlines())
+    return out, mad
+
+
+def test_a_trace_without_a_vote_rule_is_refused_unless_the_rule_is_named(tmp_path, capsys):
+    """The re-grade never guesses an old trace's vote rule: it names the file, the line and the flag, and rewrites
+    nothing; `--vote-rule` (for every file, or METHOD=RULE for one) names it, and the re-graded trace records it."""
+    import pytest
+
+    from dear.cli import exit_code
+    from dear.debate.regrade import MissingVoteRule
+
+    out, mad = _old_trace_dir(tmp_path)
+    before = mad.read_text()
+    with pytest.raises(MissingVoteRule) as e:
+        regrade.regrade_dir(out, regrade.QuestionIndex())
+    message = str(e.value)
+    assert f"{mad}:1: debate " in message and "records no vote rule" in message and "\n" not in message
+    assert "--vote-rule last-round|all-answers|belief-weighted" in message and "--vote-rule mad=RULE" in message
+    assert mad.read_text() == before and not (out / "regrade.json").exists()  # nothing rewritten
+    # on the command line: one line on stderr, exit status 2
+    assert exit_code(lambda: regrade.main([str(out)]), regrade.PROG, argv=[str(out)]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+    lines, _ = regrade.regrade_file(mad, 0, regrade.QuestionIndex(), regrade.VoteRules.parse(["mad=last-round"]))
+    assert [json.loads(x)["decision"] for x in lines] == ["last-round"] * 2
+    # a rule named for another file does not apply; an unknown file or rule is refused before anything is read
+    with pytest.raises(MissingVoteRule, match="mad.jsonl:1"):
+        regrade.regrade_file(mad, 0, regrade.QuestionIndex(), regrade.VoteRules.parse(["sc=last-round"]))
+    with pytest.raises(ValueError, match="which no trace file"):
+        regrade.main(["--vote-rule", "dera=all-answers", str(out)])
+    with pytest.raises(ValueError, match="the rule must be one of"):
+        regrade.main(["--vote-rule", "guess", str(out)])
+    assert mad.read_text() == before
+
+
+def test_a_trace_that_records_its_rule_keeps_it_whatever_is_named(tmp_path):
+    out, mad = _old_trace_dir(tmp_path, lines=1)
+    trace = json.loads(mad.read_text())
+    trace["decision"] = "last-round"
+    mad.write_text(json.dumps(trace) + "\n")
+    (line,), _ = regrade.regrade_file(mad, 0, regrade.QuestionIndex(), regrade.VoteRules.parse(["all-answers"]))
+    assert json.loads(line)["decision"] == "last-round"
+    assert json.loads(line)["vote_counts"] == trace["vote_counts"]
 
 
 def test_a_note_says_when_the_directory_grew_after_its_regrade():

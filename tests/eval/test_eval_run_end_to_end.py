@@ -56,9 +56,12 @@ def test_sim_end_to_end_all_methods(tmp_path, ckpt):
     out = tmp_path / "res"
     results = eval_run.main(_args(out, ckpt))
     assert {r.method for r in results} == set(METHODS)
+    rules = json.loads((out / "run.json").read_text())["vote_rules"]  # each method's vote rule, recorded
+    assert rules == {m: "last-round" for m in METHODS}  # the baselines' and this (paper's) policy's
     for m in METHODS:
         lines = (out / "traces" / "synthetic" / f"{m}.jsonl").read_text().splitlines()
         assert len(lines) == 5
+        assert {json.loads(x)["decision"] for x in lines} == {rules[m]}  # and in every trace (MAD-stop's too)
     reg = (out / "traces" / "synthetic" / "dear.regulator.jsonl").read_text().splitlines()
     first = json.loads(reg[0])
     assert len(first["decisions"]) == 2 and len(first["decisions"][0]["mask"]) == 3  # R decisions, V x V mask

@@ -145,7 +145,7 @@ def _user_errors(tmp_path: Path):
          f"--out {tmp_path / 'file'} exists and is not a directory"),
         ("python -m dear.export", dear.export.main, [str(tmp_path / "none"), str(tmp_path / "x")], ""),
         ("python -m dear.serve", dear.serve.__main__.main, ["--policy", str(tmp_path / "none")],
-         f"--policy: {tmp_path / 'none'}: not a DEAR export"),
+         f"--policy: {tmp_path / 'none'}: does not exist"),
         ("python -m dear.serve", dear.serve.__main__.main, ["--encoder", "hashing"],  # the shipped policy's is minilm
          "--encoder: encoder 'hashing' differs from 'minilm'"),
     ]
@@ -177,3 +177,39 @@ def test_no_cli_writes_its_own_error_line():
             tree = ast.parse(path.read_text(encoding="utf-8"))
             offenders += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree) if _writes_its_own_error_line(n)]
     assert not offenders, f"error lines written beside dear.cli.run: {offenders}"
+
+
+# ---------------------------------------------------------------- argparse's mistakes (issue 59 item 6)
+def test_a_command_line_mistake_is_one_error_line_and_a_hint_not_the_usage(capsys):
+    """Inside every CLI's error path (`exit_code`, so `run`): argparse's error is one line and a hint to --help,
+    exit code 2, instead of the usage block that buried the line naming the fix (`--llm locl`)."""
+    from dear.infer import PROG, main
+
+    argv = ["--llm", "locl", "--question", "What is 17 * 23?"]
+    with pytest.raises(SystemExit) as e:
+        exit_code(lambda: main(argv), PROG, argv=argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and not any(line.startswith("usage:") for line in err)
+    assert err[0].startswith(f"{PROG}: error: argument --llm: unknown LLM backend spec 'locl'")
+    assert err[1] == f"run `{PROG} --help` for usage"
+    # a parser's own p.error(...) checks answer the same way
+    with pytest.raises(SystemExit):
+        exit_code(lambda: main(["--question", "x", "--choice", "a"]), PROG)
+    assert capsys.readouterr().err.splitlines()[-1] == f"run `{PROG} --help` for usage"
+    # outside a CLI's error path argparse is left as it was
+    p = argparse.ArgumentParser(prog="python -m y")
+    with pytest.raises(SystemExit):
+        p.parse_args(["--nope"])
+    assert capsys.readouterr().err.startswith("usage: python -m y")
+
+
+def test_the_real_entry_point_prints_the_short_error(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "train.happo", "--config", "sim", "--bogus"], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["python -m train.happo: error: unrecognized arguments: --bogus",
+                                     "run `python -m train.happo --help` for usage"]

@@ -62,7 +62,7 @@ def test_a_bad_profile_is_named_by_its_position_and_problem(text, match):
 
 
 def test_the_dataclass_and_config_mappings_name_the_bad_field():
-    with pytest.raises(ValueError, match=r"AgentProfile.style must be one of cot, direct, got 'chain'"):
+    with pytest.raises(ValueError, match=r"AgentProfile.style must be one of cot, direct, pot, got 'chain'"):
         AgentProfile(style="chain")
     for bad in (0, -3, True, 2.5):
         with pytest.raises(ValueError, match="AgentProfile.max_tokens must be an integer >= 1"):
@@ -230,7 +230,10 @@ def test_default_prompts_seeds_and_traces_are_byte_identical(layout):
     be = FakeBackend()
     debates = DebateEngine(be, DebateConfig(n_agents=3, n_rounds=2, layout=layout, max_tokens=100)).run(
         qs, MADProtocol(3, 2))
-    assert (_h(_requests(be)), _h([d.trace.to_json() for d in debates])) == GOLDEN[layout]
+    # a trace now records its vote rule, the last round too (issue 56); apart from that key it is as it was
+    rule = ', "decision": "last-round"}'
+    assert all(d.trace.to_json().endswith(rule) for d in debates)
+    assert (_h(_requests(be)), _h([d.trace.to_json().removesuffix(rule) + "}" for d in debates])) == GOLDEN[layout]
     assert '"profile"' not in debates[0].trace.to_json() and '"style"' not in debates[0].trace.to_json()
     # explicit default profiles send the very same requests (so response caches keep hitting)
     explicit = FakeBackend()

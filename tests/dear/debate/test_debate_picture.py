@@ -98,6 +98,20 @@ def test_temperature_top_p_and_tokens_per_turn_and_agent():
     assert "45 tokens" in labels["0"] and "30 tokens" in labels["2"]  # the kept turn cost nothing
 
 
+def test_a_kept_turn_shows_no_temperature_or_top_p():
+    """Issue 59 item 3: a kept turn made no model call, so the T and top-p the policy set for it were never used
+    and are not shown (box or hover); every turn with a call shows its own."""
+    svg = ET.fromstring(render_svg(small_trace()))
+    for g in groups(svg, "turn"):
+        texts = [t.text for t in g.iter(f"{SVG}text")]
+        title = g.find(f"{SVG}title").text
+        if "keep" in g.get("class").split():
+            assert "no call" in texts and not any(t.startswith("T ") for t in texts)
+            assert "top-p" not in title and "no model call" in title
+        else:
+            assert any(t.startswith("T ") and "top-p" in t for t in texts) and "top-p" in title
+
+
 def test_unknown_gold_is_not_marked():
     svg = ET.fromstring(render_svg(small_trace(gold="")))
     classes = " ".join(g.get("class") for g in groups(svg, "turn"))

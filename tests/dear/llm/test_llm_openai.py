@@ -441,3 +441,31 @@ def test_one_client_per_backend_reuses_its_connections():
             backend.generate(batch)
     finally:
         server.close()
+
+
+# --- log-probabilities --------------------------------------------------------------------------------------
+
+
+def test_real_server_sends_log_probabilities_when_asked(llama_server_url):
+    backend = make_backend(f"openai:{llama_server_url}", max_concurrency=2)
+    asked, plain = backend.generate([ChatRequest(HELLO, temperature=0.7, seed=5, max_tokens=8, logprobs=3),
+                                     ChatRequest(HELLO, temperature=0.7, seed=5, max_tokens=8)])
+    assert asked.ok and plain.ok and plain.logprobs is None
+    lp = asked.logprobs
+    assert len(lp.chosen) == asked.completion_tokens == len(lp.top) == len(lp.nbytes)
+    assert all(len(t) == 3 and list(t) == sorted(t, reverse=True) for t in lp.top)
+    assert all(c <= 0 for c in lp.chosen) and sum(lp.nbytes) == len(asked.text.encode("utf-8"))
+
+
+def test_a_server_that_sends_no_log_probabilities_gives_the_turn_a_missing_marker(faults):
+    """The engine asks for confidence; the server answers without logprobs: the turn says so, with no number."""
+    from dear import tasks
+    from dear.debate.engine import DebateConfig, DebateEngine
+    from dear.debate.protocols import MajorityProtocol
+
+    backend = _backend(faults.url("nousage"))
+    (q,) = tasks.load("gsm8k", "test", n=1)
+    (d,) = DebateEngine(backend, DebateConfig(n_agents=2, n_rounds=0, logprobs=3)).run([q], MajorityProtocol())
+    for turn in d.trace.rounds[0]:
+        assert turn.confidence == {"missing": "openai:fault-model sent no log-probabilities"}
+    assert '"missing"' in d.trace.to_json()

@@ -89,5 +89,15 @@ def test_a_bad_spec_is_refused_while_the_flags_are_parsed(prog, monkeypatch, cap
 def test_check_spec_accepts_every_form_make_backend_builds():
     from dear.llm.registry import check_spec
 
-    for spec in ("local", "local:/x.gguf", "smoke", "sim", " sim ", "openai:http://h:1/v1#m", "vllm:Qwen/Q"):
+    for spec in ("local", "local:/x.gguf", "smoke", "sim", " sim ", "openai:http://h:1/v1#m", "vllm:Qwen/Q",
+                 "bank", "bank:/some/bank"):
         assert check_spec(spec) == spec.strip()
+
+
+def test_bank_names_its_directory_and_shelves(tmp_path):
+    from dear.bank.store import Bank
+    from dear.llm import BackendError, make_backend
+
+    Bank.open(tmp_path, "m.gguf", "0" * 64)
+    with pytest.raises(BackendError, match="has no shelf of gsm8k/train/cot; shelves: none"):
+        make_backend(f"bank:{tmp_path}")

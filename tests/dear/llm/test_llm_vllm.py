@@ -144,3 +144,16 @@ def test_multiturn_debate_reports_prefix_cache_reuse(stand_in):
     assert 0 < round1[0].reused_prompt_tokens < round1[0].prompt_tokens
     assert all(t.reused_prompt_tokens > 0 for t in round1)
     assert all(t.computed_prompt_tokens == t.prompt_tokens - t.reused_prompt_tokens for t in round1)
+
+
+def test_log_probabilities_through_the_stand_in(stand_in):
+    """SamplingParams(logprobs=k): per position the k most likely (rank <= k) and the sampled token."""
+    backend = make_backend("vllm:some/model")
+    msg = (ChatMessage("user", "a bb c"),)
+    asked, plain = backend.generate([ChatRequest(msg, logprobs=3), ChatRequest(msg)])
+    [llm] = stand_in.LLM.instances
+    assert [p.logprobs for p in llm.chat_calls[-1][1]] == [3, None]
+    assert plain.logprobs is None
+    lp = asked.logprobs
+    assert lp.chosen == (-0.5, -0.5, -0.5) and lp.nbytes == (1, 2, 1)
+    assert all(t == (-0.25, -0.5, -2.0) for t in lp.top)  # ranks 1..3, the sampled token at rank 2

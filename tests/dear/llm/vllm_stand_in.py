@@ -34,7 +34,8 @@ class SamplingParams:
 
     def __init__(self, *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  min_p: float = 0.0, seed: int | None = None, stop: str | list[str] | None = None,
-                 max_tokens: int | None = 16, min_tokens: int = 0):
+                 max_tokens: int | None = 16, min_tokens: int = 0, logprobs: int | None = None):
+        self.logprobs = logprobs
         self.n, self.temperature, self.top_p, self.top_k, self.min_p = n, temperature, top_p, top_k, min_p
         self.seed, self.max_tokens, self.min_tokens = seed, max_tokens, min_tokens
         self.stop = [stop] if isinstance(stop, str) else list(stop or [])  # __post_init__ normalises to a list
@@ -80,12 +81,43 @@ class RequestOutput:
         self.metrics, self.num_cached_tokens = metrics, num_cached_tokens
 
 
+@dataclass
+class Logprob:
+    """vllm/logprobs.py: one token's log-probability, its rank in the vocabulary and its text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
 class _Tokenizer:
     """Whitespace 'tokenizer' with a deterministic id per word."""
 
+    def __init__(self) -> None:
+        self.words: dict[int, str] = {}
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        ids = [zlib.crc32(w.encode()) % 50_000 for w in text.split()]
+        ids = []
+        for w in text.split():
+            ids.append(zlib.crc32(w.encode()) % 50_000)
+            self.words[ids[-1]] = w
         return ([1] if add_special_tokens else []) + ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.words.get(i, "?") for i in ids)
+
+
+def _logprobs(token_ids: Sequence[int], k: int) -> list[dict[int, Logprob]]:
+    """Per position: the sampled token (rank 2, log-prob -0.5) beside the k most likely (rank 1 = a token id of
+    its own at -0.25, then ranks 3.. at -2, -3, ...), as vLLM returns top-k plus the sampled token."""
+    out = []
+    for tid in token_ids:
+        position = {tid: Logprob(-0.5, 2, "w")}
+        alternatives = [(50_001, Logprob(-0.25, 1, "a"))] + [(50_001 + r, Logprob(-float(r), r + 1, "b"))
+                                                              for r in range(2, k)]
+        position.update({a: lp for a, lp in alternatives[:k] if a != tid})
+        out.append(position)
+    return out
 
 
 class LLM:
@@ -109,8 +141,10 @@ class LLM:
         self._seen_prompts: list[list[int]] = []  # for num_cached_tokens under prefix caching
         LLM.instances.append(self)
 
+    _tokenizer = _Tokenizer()  # one per process: it remembers the words it encoded, for decode
+
     def get_tokenizer(self) -> _Tokenizer:
-        return _Tokenizer()
+        return LLM._tokenizer
 
     def chat(self, messages: list[dict] | Sequence[list[dict]],
              sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -161,8 +195,10 @@ class LLM:
                 finish = "length" if len(cut) < len(words) else "stop"
                 stop_reason = None
             text = " ".join(cut)
-            completion = CompletionOutput(index=0, text=text, token_ids=tok.encode(text, add_special_tokens=False),
-                                          cumulative_logprob=None, logprobs=None, finish_reason=finish,
+            token_ids = tok.encode(text, add_special_tokens=False)
+            completion = CompletionOutput(index=0, text=text, token_ids=token_ids, cumulative_logprob=None,
+                                          logprobs=None if sp.logprobs is None else _logprobs(token_ids, sp.logprobs),
+                                          finish_reason=finish,
                                           stop_reason=stop_reason)
             ids = tok.encode(prompt)
             outputs.append(RequestOutput(str(k), prompt, ids, None, [completion], True,

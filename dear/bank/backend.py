@@ -1,0 +1,177 @@
+"""The bank world's backend: independent samples are replayed from a sample bank; other turns go elsewhere.
+
+A request for an independent sample (round 0, or a fresh turn: the engine's metadata carries its index `sample`
+among the debate's independent samples) is served from the bank's shelf for the question at the request's sampling
+setting **snapped to the nearest grid point**: the shelf with the nearest temperature, then the nearest top-p (a
+continuous T / top-p from a behavior policy becomes the nearest banked setting; the turn's `source` names the shelf,
+so the trace records the snap). Sample n of a debate is the shelf's sample `perm[n]`, where `perm` is a permutation
+of the question's stored samples seeded by (seed, debate id): a draw is an exact stored sample, no sample repeats
+within a debate, and another debate of the same question sees another order.
+
+When a question's stored samples run out, the `live` backend generates the next one at the shelf's setting (and the
+`grow` callback may store it in the bank); without a live backend the request fails with an error naming the shelf
+and the command that extends it. Revise turns (a prompt with peers' answers) always go to `live`: the real model
+through the response cache, or a fitted simulator when training offline; without one they fail clearly.
+
+Every completion records where it came from in `Completion.source`: `bank:<shelf>#<index>`, or the live backend's
+model id. A world that mixes sources is labelled by those sources, turn by turn.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.seeds import derive_seed
+
+DEFAULT_BANK = "banks/qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model's committed bank (from the checkout)
+MAX_ORDERS = 65_536  # debates whose order is remembered (a debate's draws all come within its own few rounds)
+BANK_SALT = 0xBA4C  # the permutation's seed = derive_seed(seed, crc of the debate id, BANK_SALT)
+
+
+@dataclass(frozen=True)
+class Served:
+    """Which stored sample a request got."""
+
+    shelf: ShelfKey
+    index: int
+
+
+def snap(keys: Sequence[ShelfKey], temperature: float, top_p: float) -> ShelfKey:
+    """The shelf nearest to (temperature, top_p): nearest temperature first, then nearest top-p (ties: lower)."""
+    if not keys:
+        raise BackendError("the bank has no shelf for this question's benchmark, split, profile and token limit")
+    t = min(sorted({k.temperature for k in keys}), key=lambda v: abs(v - temperature))
+    return min(sorted((k for k in keys if k.temperature == t), key=lambda k: k.top_p),
+               key=lambda k: abs(k.top_p - top_p))
+
+
+class BankBackend(Backend):
+    """Replays a bank's samples for independent-sample requests (module docstring).
+
+    Args:
+        bank: the bank directory (or an open Bank).
+        benchmark, split: the shelves' benchmark and split (the questions the world asks).
+        profile: the agents' reply style (the shelves' profile).
+        max_tokens: the shelves' token limit (None: the one the shelves of this benchmark/split/profile share).
+        live: the backend for revise turns and for samples beyond the stored ones (None: those fail clearly).
+        grow: called with (shelf key, question id, bank index, request sent, completion) after `live` drew a sample beyond the
+            stored ones, to store it (e.g. `dear.bank.build.grower`); None keeps the bank as it is.
+        seed: mixes into every debate's permutation.
+    """
+
+    def __init__(self, bank: str | Bank, benchmark: str = "gsm8k", split: str = "train", profile: str = "cot",
+                 max_tokens: int | None = None, live: Backend | None = None,
+                 grow: Callable[[ShelfKey, str, int, ChatRequest, Completion], None] | None = None,
+                 seed: int = 0):
+        self.bank = bank if isinstance(bank, Bank) else Bank.open(bank)
+        keys = [k for k in self.bank.keys if (k.benchmark, k.split, k.profile) == (benchmark, split, profile)]
+        limits = sorted({k.max_tokens for k in keys})
+        if max_tokens is None and len(limits) > 1:
+            raise BackendError(f"bank {self.bank.root}: {benchmark}/{split}/{profile} shelves have token limits "
+                               f"{limits}; name one (max_tokens)")
+        self.keys = [k for k in keys if max_tokens is None or k.max_tokens == max_tokens]
+        if not self.keys:
+            raise BackendError(f"bank {self.bank.root} has no shelf of {benchmark}/{split}/{profile}"
+                               + (f" at {max_tokens} tokens" if max_tokens else "")
+                               + f"; shelves: {', '.join(k.name for k in self.bank.keys) or 'none'}")
+        self.live, self.grow, self.seed = live, grow, seed
+        self.model_id = f"bank:{self.bank.manifest['model_file']}"
+        self.context_length = live.context_length if live is not None else None
+        self._lock = threading.Lock()
+        self._orders: dict[tuple[ShelfKey, str], list[int]] = {}
+
+    def shelf_for(self, request: ChatRequest) -> Shelf:
+        return self.bank.shelf(snap(self.keys, request.temperature, request.top_p))
+
+    def order(self, shelf: Shelf, question_id: str, debate_id: str) -> list[int]:
+        """The debate's order of the question's stored sample indices, fixed at its first draw (samples the live
+        model adds later follow it, so no draw of the debate moves)."""
+        key = (shelf.key, debate_id)
+        with self._lock:
+            if key not in self._orders:
+                stored = sorted(shelf.samples.get(question_id, {}))
+                rng = np.random.default_rng(derive_seed(self.seed, zlib.crc32(debate_id.encode()), BANK_SALT))
+                self._orders[key] = [stored[i] for i in rng.permutation(len(stored))]
+                while len(self._orders) > MAX_ORDERS:  # oldest first (dicts keep insertion order)
+                    del self._orders[next(iter(self._orders))]
+            return self._orders[key]
+
+    def draw(self, request: ChatRequest) -> tuple[Shelf, int]:
+        """The shelf and stored index of a request's sample n: the n-th of the debate's order, or beyond the
+        stored ones the index the live model's sample gets (the next after the highest stored)."""
+        meta = request.metadata
+        shelf = self.shelf_for(request)
+        order = self.order(shelf, meta["question_id"], meta["debate_id"])
+        n = int(meta["sample"])
+        if n < len(order):
+            return shelf, order[n]
+        return shelf, max(order, default=-1) + 1 + (n - len(order))
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        out: list[Completion | None] = [None] * len(requests)
+        to_live: list[int] = []
+        for i, request in enumerate(requests):
+            if request.metadata.get("sample") is None:
+                to_live.append(i)
+                continue
+            shelf, index = self.draw(request)
+            sample = shelf.samples.get(request.metadata["question_id"], {}).get(index)
+            if sample is not None:
+                out[i] = replayed(sample, shelf.key)
+            else:
+                to_live.append(i)
+        if to_live:
+            for i, completion in zip(to_live, self._live([requests[i] for i in to_live])):
+                out[i] = completion
+        return out  # type: ignore[return-value]
+
+    def _live(self, requests: list[ChatRequest]) -> list[Completion]:
+        if self.live is None:  # an error completion per request (the backend contract: one bad request never raises)
+            return [Completion("", 0, 0, "error", 0.0, error=self._why_not_served(r)) for r in requests]
+        sent = [self._at_shelf_setting(r) for r in requests]
+        completions = self.live.generate(sent)
+        for request, completion in zip(sent, completions):
+            completion.source = self.live.model_id
+            if request.metadata.get("sample") is not None and completion.ok and self.grow is not None:
+                shelf, index = self.draw(request)
+                with self._lock:
+                    self.grow(shelf.key, request.metadata["question_id"], index, request, completion)
+        return completions
+
+    def _why_not_served(self, request: ChatRequest) -> str:
+        if request.metadata.get("sample") is None:
+            return ("the bank world replays independent samples only: a revise turn needs a live backend (the real "
+                    "model, or a fitted simulator offline)")
+        shelf, index = self.draw(request)
+        qid = request.metadata["question_id"]
+        return (f"bank shelf {shelf.key.name} has {shelf.n_samples(qid)} samples of question {qid}; the debate needs "
+                f"sample {index + 1}. Extend it: python -m dear.bank build --benchmark {shelf.key.benchmark} --split "
+                f"{shelf.key.split} --samples {index + 1} ..., or give the bank world a live backend")
+
+    def _at_shelf_setting(self, request: ChatRequest) -> ChatRequest:
+        """An independent sample beyond the bank is drawn at the snapped shelf's setting (so it can be banked)."""
+        if request.metadata.get("sample") is None:
+            return request
+        key = self.shelf_for(request).key
+        return replace(request, temperature=key.temperature, top_p=key.top_p, max_tokens=key.max_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        return self.live.count_tokens(text) if self.live is not None else super().count_tokens(text)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.close()
+
+
+def replayed(sample: BankSample, key: ShelfKey) -> Completion:
+    """A stored sample as the completion it was: text, tokens, finish reason and confidence record."""
+    return Completion(text=sample.text, prompt_tokens=sample.prompt_tokens, completion_tokens=sample.completion_tokens,
+                      finish_reason=sample.finish_reason, latency_s=0.0, confidence=sample.confidence,
+                      source=f"bank:{key.name}#{sample.sample}")

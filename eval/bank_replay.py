@@ -1,0 +1,385 @@
+"""Sampling rules replayed on a sample bank's real samples: accuracy against tokens, order-averaged, with the
+confidence rules' parameters fitted on training questions.
+
+    python -m eval.bank_replay --out results/bank-replay-gsm8k
+    python -m eval.bank_replay --benchmark math --fit-benchmark gsm8k --out results/bank-replay-math  # zero-shot
+
+The bank (dear/bank) stores the model's independent samples of each question (temperature 0.7, top-p 0.9, profile
+cot). Every rule of `dear.debate.sampling_rules` reads them in draw order, so each is replayed over the same `--orders`
+seeded permutations of each question's first `--width` samples (`dear.debate.replay_orders`); single CoT is averaged
+exactly over positions. CISC's tau (per K) and confident-stop's threshold (per token price) are fitted on the fit
+shelf (`--fit-benchmark`/`--fit-split`), never on the questions reported. No model is called.
+
+`OUT/summary.md`, `summary.csv` and `accuracy_vs_tokens.png`: per rule, order-averaged accuracy (ties as expected
+values) with a paired bootstrap 95 % CI of its difference to adaptive-sc-2-from-2 (resampling questions), the
+stored-order accuracy, tokens (prompt + completion) and samples per question, and whether it is on the
+accuracy–token frontier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from dear import metrics
+from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
+from dear.cli import command_line, require_at_least
+from dear.cli import run as run_cli
+from dear.confidence import SUMMARIES, record_of
+from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
+from dear.debate.sampling_rules import CONFIDENT_STOP, DEFAULT_PARAMS, RuleParams, Samples
+
+log = logging.getLogger(__name__)
+PROG = "python -m eval.bank_replay"
+DEFAULT_BANK = Path("banks/qwen2.5-coder-1.5b-instruct-q4_k_m")
+PROFILE, TEMPERATURE, TOP_P = "cot", 0.7, 0.9  # the bank's sampling setting these rules are replayed on
+BASELINE = "adaptive-sc-2-from-2"
+STOP_TAU_K = 3  # confident-stop weighs its few samples (typically 2-3) with the tau fitted for cisc-3
+
+
+# ---------------------------------------------------------------- loading
+def find_shelf(bank: Bank, benchmark: str, split: str, max_tokens: int | None) -> ShelfKey:
+    """The bank's shelf of the benchmark and split at this report's setting (one token limit, or `max_tokens`)."""
+    found = [k for k in bank.keys if (k.benchmark, k.split, k.profile, k.temperature, k.top_p)
+             == (benchmark, split, PROFILE, TEMPERATURE, TOP_P) and max_tokens in (None, k.max_tokens)]
+    if not found:
+        have = ", ".join(k.name for k in bank.keys) or "none"
+        raise ValueError(f"{bank.root}: no shelf {benchmark} {split} {PROFILE} t{TEMPERATURE} p{TOP_P}"
+                         f"{'' if max_tokens is None else f' m{max_tokens}'} (shelves: {have})")
+    if len(found) > 1:
+        raise ValueError(f"{bank.root}: several token limits for {benchmark} {split} "
+                         f"({', '.join(str(k.max_tokens) for k in found)}); choose one with --max-tokens")
+    return found[0]
+
+
+def confidence_of(sample: BankSample, summary: str) -> float | None:
+    """The sample's confidence summary (None when it has no record or the summary is None)."""
+    record = record_of(sample.confidence)
+    return None if record is None else record.value(summary)
+
+
+def samples_of(bank_samples: Sequence[BankSample], summary: str) -> Samples:
+    return Samples(tuple(b.answer_key for b in bank_samples), tuple(bool(b.correct) for b in bank_samples),
+                   tuple(int(b.tokens) for b in bank_samples),
+                   tuple(confidence_of(b, summary) for b in bank_samples))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One shelf's replayable questions: those with at least `width` samples, each cut to its first `width`."""
+
+    key: ShelfKey
+    questions: tuple[ReplayQuestion, ...]
+    left_out: int  # questions with fewer samples
+    llm: str  # the backend the shelf was generated with, as recorded ("" when not recorded)
+
+
+def load(bank: Bank, key: ShelfKey, summary: str, width: int, n_orders: int, seed: int) -> Loaded:
+    shelf: Shelf = bank.shelf(key)
+    kept = [ReplayQuestion.of(q, samples_of(shelf.of(q)[:width], summary), n_orders, seed)
+            for q in shelf.questions if shelf.n_samples(q) >= width]
+    llm = str(bank.manifest["shelves"].get(key.name, {}).get("generation", {}).get("llm", ""))
+    return Loaded(key, tuple(kept), len(shelf.questions) - len(kept), llm)
+
+
+# ---------------------------------------------------------------- rows
+@dataclass(frozen=True)
+class RowSpec:
+    """One row: a rule, its parameters and how they were chosen."""
+
+    label: str
+    rule: str
+    params: RuleParams = DEFAULT_PARAMS
+    fitted: str = ""  # the fitted parameters, as the table shows them
+    over_positions: bool = False  # replayed over the rotations (single CoT: exact mean over positions)
+    price: float | None = None  # the token price its threshold was fitted for
+
+
+@dataclass(frozen=True)
+class Fits:
+    """The fitted parameters: tau per CISC K, threshold per token price."""
+
+    tau: dict[int, Fit]
+    threshold: dict[float, Fit]
+
+
+def cisc_ks(width: int) -> list[int]:
+    return sorted({k for k in (3, 5, width) if k <= width})
+
+
+def fit_all(train: Sequence[ReplayQuestion], width: int, prices: Sequence[float]) -> Fits:
+    """tau for each cisc-K; confident-stop's threshold per price, weighing with the cisc-3 tau."""
+    taus = {k: fit_tau(train, k) for k in cisc_ks(width)}
+    stop_params = replace(DEFAULT_PARAMS, tau=taus[STOP_TAU_K].value)  # width >= 3 (parse_args)
+    return Fits(taus, {p: fit_threshold(train, p, stop_params) for p in prices})
+
+
+def _threshold_text(t: float) -> str:
+    return "inf (never stops at the first)" if math.isinf(t) else f"{t:.4g}"
+
+
+def row_specs(width: int, fits: Fits | None) -> list[RowSpec]:
+    """The report's rows, in table order (without a fit, the rules that read confidence are left out)."""
+    rows = [RowSpec("single CoT (mean over positions)", "cot", over_positions=True),
+            RowSpec("round-0 majority (SC-3)", "sc-3"), RowSpec(f"SC-{width}", f"sc-{width}")]
+    rows += [RowSpec(f"adaptive SC from {s} until {a}", f"adaptive-sc-{a}-from-{s}") for a in (2, 3) for s in (1, 2, 3)]
+    rows += [RowSpec(f"ESC W={w}", f"esc-{w}") for w in (2, 3)]
+    if fits is None:
+        return rows
+    rows += [RowSpec(f"CISC-{k}", f"cisc-{k}", replace(DEFAULT_PARAMS, tau=f.value), f"tau={f.value:g}")
+             for k, f in fits.tau.items()]
+    stop_tau = fits.tau[STOP_TAU_K].value
+    rows += [RowSpec(f"confident stop (price {p:g}/1k tokens)", CONFIDENT_STOP,
+                     RuleParams(tau=stop_tau, threshold=f.value),
+                     f"threshold={_threshold_text(f.value)}, tau={stop_tau:g}", price=p)
+             for p, f in fits.threshold.items()]
+    return rows
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """A row on the reported questions: per-question order-averaged and stored-order scores, mean cost."""
+
+    spec: RowSpec
+    scores: tuple[float, ...]
+    stored: tuple[float, ...]
+    tokens: float  # per question
+    used: float  # samples per question
+
+    @property
+    def accuracy(self) -> float:
+        return float(np.mean(self.scores))
+
+    @property
+    def stored_accuracy(self) -> float:
+        return float(np.mean(self.stored))
+
+
+def evaluate(spec: RowSpec, questions: Sequence[ReplayQuestion]) -> RowResult:
+    runs = [replayed(q.samples, spec.rule, spec.params,
+                     rotations(len(q.samples.keys)) if spec.over_positions else q.orders) for q in questions]
+    return RowResult(spec, tuple(r.score for r in runs), tuple(r.stored.score for r in runs),
+                     float(np.mean([r.tokens for r in runs])), float(np.mean([r.used for r in runs])))
+
+
+# ---------------------------------------------------------------- statistics
+def on_frontier(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """For each (accuracy, tokens) point: whether no other point has accuracy >= and tokens <= it, strictly better
+    in one (the accuracy–token frontier, as eval.report's FRONTIER_RULE)."""
+    def dominates(o: tuple[float, float], p: tuple[float, float]) -> bool:
+        return o[0] >= p[0] and o[1] <= p[1] and o != p
+
+    return [not any(dominates(o, p) for o in points) for p in points]
+
+
+def paired_to(rows: Sequence[RowResult], baseline: str, n_boot: int, seed: int) -> list[metrics.CI]:
+    """Each row's accuracy minus the baseline rule's, paired bootstrap over questions (order-averaged scores)."""
+    base = next((r for r in rows if r.spec.rule == baseline), None)
+    if base is None:
+        raise ValueError(f"paired_to: no row of the baseline rule {baseline!r}")
+    return [metrics.paired_bootstrap_diff(r.scores, base.scores, n_boot=n_boot, seed=seed) for r in rows]
+
+
+# ---------------------------------------------------------------- report
+@dataclass(frozen=True)
+class Report:
+    command: str
+    bank: Bank
+    test: Loaded
+    fit: Loaded | None  # None: no fit shelf (--fit-split none), no confidence rule reported
+    summary: str
+    n_orders: int
+    seed: int
+    width: int
+    n_boot: int
+    rows: tuple[RowResult, ...]
+    diffs: tuple[metrics.CI, ...]
+    frontier: tuple[bool, ...]
+
+    @property
+    def synthetic(self) -> bool:
+        return any(x.llm.startswith("sim") for x in (self.test, self.fit) if x is not None)
+
+
+def _pts(x: float, signed: bool = False) -> str:
+    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
+def _fit_line(r: Report) -> str:
+    f = r.fit
+    if f is None:
+        return ("- no fit shelf (`--fit-split none`): the rules that read confidence (CISC, confident stop) need "
+                "parameters fitted on training questions and are left out;")
+    return (f"- parameters fitted on `{f.key.name}` ({f.key.benchmark} {f.key.split}, {len(f.questions)} "
+            f"questions, {r.n_orders} orders each; {f.left_out} with fewer than {r.width} samples left out), never "
+            "on the reported questions: " + "; ".join(f"{x.spec.label}: {x.spec.fitted}" for x in r.rows
+                                                       if x.spec.fitted)
+            + f" (tau maximises CISC-K's order-averaged accuracy; confident stop's threshold maximises accuracy − "
+            f"price × tokens / 1000, weighing with the CISC-{STOP_TAU_K} tau);")
+
+
+def markdown(r: Report) -> str:
+    t = r.test
+    source = ("SYNTHETIC: the shelves were generated by a simulated backend." if r.synthetic else
+              f"Every row is a replay of the real model's stored samples ({r.bank.manifest['model_file']}), "
+              "not synthetic: no model was called and nothing was simulated.")
+    lines = [f"# Sampling rules replayed on the sample bank: {t.key.benchmark} {t.key.split}", "",
+             f"Command: `{r.command}`", "", source, "",
+             f"- bank `{r.bank.root}`; reported shelf `{t.key.name}`: {len(t.questions)} questions with at least "
+             f"{r.width} samples ({t.left_out} with fewer left out), each read as its first {r.width} samples;",
+             f"- orders: {r.n_orders} seeded permutations per question (seed {r.seed}, from the seed and question id), "
+             "the same for every rule; single CoT over the rotations (each sample first once);",
+             f"- confidence summary read by CISC and confident stop: `{r.summary}`;",
+             _fit_line(r),
+             f"- accuracy: order-averaged, ties as expected values; the difference to `{BASELINE}` is a paired "
+             f"bootstrap 95 % CI over questions ({r.n_boot} resamples, seed {r.seed}) of the order-averaged "
+             "per-question scores; stored order = the bank's sample order (one draw, secondary); tokens = prompt + "
+             "completion of the samples used; frontier = no other row has accuracy ≥ and tokens ≤, strictly "
+             "better in one (point estimates).", "",
+             f"| row | rule | accuracy % | − {BASELINE}, points [95 % CI] | stored-order accuracy % | tokens/question "
+             "| samples/question | frontier |", "|---|---|---:|---|---:|---:|---:|:-:|"]
+    for row, d, front in zip(r.rows, r.diffs, r.frontier):
+        lines.append(f"| {row.spec.label} | `{row.spec.rule}` | {_pts(row.accuracy)} | {_pts(d.mean, True)} "
+                     f"[{_pts(d.low, True)}, {_pts(d.high, True)}] | {_pts(row.stored_accuracy)} | "
+                     f"{row.tokens:.0f} | {row.used:.2f} | {'yes' if front else ''} |")
+    lines += ["", "Rules (dear/debate/sampling_rules.py): `adaptive-sc-A-from-S` starts from S samples and adds one "
+              "until A share an answer; `esc-W` draws windows of W until one is unanimous; `cisc-K` weighs the first "
+              "K votes by softmax(confidence / tau); `confident-stop` stops at the first sample when it has an answer "
+              "and is at least as confident as the threshold, else adds samples until 2 agree and votes with the "
+              "CISC weights. Adaptive SC starting from fewer than A samples makes the same decisions as starting "
+              "from A (no stop is possible before A samples), so those rows coincide."]
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = ("label", "rule", "tau", "threshold", "price", "accuracy", "minus_baseline", "diff_ci_low",
+              "diff_ci_high", "stored_accuracy", "tokens_per_question", "samples_per_question", "on_frontier",
+              "n_questions", "fit_shelf", "synthetic")
+
+
+def write_csv(r: Report, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_FIELDS)
+        for row, d, front in zip(r.rows, r.diffs, r.frontier):
+            reads = row.spec.rule.startswith("cisc-") or row.spec.rule == CONFIDENT_STOP
+            w.writerow([row.spec.label, row.spec.rule, row.spec.params.tau if reads else "",
+                        row.spec.params.threshold if row.spec.rule == CONFIDENT_STOP else "",
+                        "" if row.spec.price is None else row.spec.price, row.accuracy, d.mean, d.low, d.high,
+                        row.stored_accuracy, row.tokens, row.used, front, len(row.scores),
+                        r.fit.key.name if reads else "", r.synthetic])
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def plot(r: Report, path: Path) -> None:
+    """Accuracy against tokens per question, one marker per row (legend at the right), the frontier as a staircase
+    (dominated rows hollow)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    cmap = plt.get_cmap("tab20")
+    for i, (row, front) in enumerate(zip(r.rows, r.frontier)):
+        color = cmap(i % 20)
+        ax.plot(row.tokens, 100 * row.accuracy, MARKERS[i % len(MARKERS)], color=color, markersize=7, alpha=0.9,
+                markerfacecolor=color if front else "none", label=row.spec.label)
+    front = sorted((row.tokens, 100 * row.accuracy) for row, f in zip(r.rows, r.frontier) if f)
+    ax.plot([x for x, _ in front], [y for _, y in front], drawstyle="steps-post", color="black", linestyle="--",
+            linewidth=1.0, zorder=0, label="accuracy–token frontier; hollow = dominated")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("tokens per question (prompt + completion, log scale)")
+    ax.set_ylabel("accuracy % (order-averaged)")
+    tag = "SYNTHETIC" if r.synthetic else "real-model replay"
+    ax.set_title(f"{r.test.key.benchmark} {r.test.key.split}, n={len(r.test.questions)}, {r.n_orders} orders "
+                 f"[{tag}]", color="#b00000" if r.synthetic else "black")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_report(r: Report, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(markdown(r), encoding="utf-8")
+    write_csv(r, out / "summary.csv")
+    plot(r, out / "accuracy_vs_tokens.png")
+
+
+# ---------------------------------------------------------------- command
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
+    p.add_argument("--benchmark", default="gsm8k", help="the reported shelf's benchmark (default %(default)s)")
+    p.add_argument("--split", default="test", help="the reported shelf's split (default %(default)s)")
+    p.add_argument("--fit-benchmark", default=None, help="the fit shelf's benchmark (default: --benchmark)")
+    p.add_argument("--fit-split", default="train",
+                   help="the fit shelf's split; none = no fit, the confidence rules left out (default %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=None, help="the shelves' token limit (default: the one found)")
+    p.add_argument("--summary", choices=SUMMARIES, default="mean_logprob",
+                   help="the confidence summary CISC and confident stop read (default %(default)s)")
+    p.add_argument("--width", type=int, default=9, help="samples per question read (default %(default)s)")
+    p.add_argument("--orders", type=int, default=20, help="seeded orders per question (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the orders and the bootstrap (default %(default)s)")
+    p.add_argument("--prices", default="0.01,0.002",
+                   help="token prices (per 1,000 tokens, in accuracy) of confident stop's fits (default %(default)s)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    a = p.parse_args(argv)
+    require_at_least(a, 3, "width")
+    require_at_least(a, 1, "orders", "n_boot")
+    require_at_least(a, 0, "seed")
+    return a
+
+
+def parse_prices(text: str) -> list[float]:
+    try:
+        prices = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--prices: not a comma-separated list of numbers: {text!r}") from None
+    if not prices or any(p < 0 for p in prices):
+        raise ValueError(f"--prices: give at least one price, none negative: {text!r}")
+    return prices
+
+
+def build_report(a: argparse.Namespace, command: str) -> Report:
+    bank = Bank.open(a.bank)
+    test_key = find_shelf(bank, a.benchmark, a.split, a.max_tokens)
+    fit_key = None if a.fit_split == "none" else find_shelf(bank, a.fit_benchmark or a.benchmark, a.fit_split,
+                                                             a.max_tokens)
+    if fit_key == test_key:
+        raise ValueError(f"--fit-split: fitting on the reported shelf {test_key.name}; fit on training questions")
+    test = load(bank, test_key, a.summary, a.width, a.orders, a.seed)
+    fit = None if fit_key is None else load(bank, fit_key, a.summary, a.width, a.orders, a.seed)
+    for x in (test, fit):
+        if x is not None and not x.questions:
+            raise ValueError(f"{x.key.name}: no question with at least {a.width} samples")
+    fits = None if fit is None else fit_all(fit.questions, a.width, parse_prices(a.prices))
+    rows = tuple(evaluate(spec, test.questions) for spec in row_specs(a.width, fits))
+    diffs = tuple(paired_to(rows, BASELINE, a.n_boot, a.seed))
+    frontier = tuple(on_frontier([(row.accuracy, row.tokens) for row in rows]))
+    return Report(command, bank, test, fit, a.summary, a.orders, a.seed, a.width, a.n_boot, rows, diffs, frontier)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    report = build_report(a, command_line(PROG, argv))
+    write_report(report, a.out)
+    print((a.out / "summary.md").read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, PROG)

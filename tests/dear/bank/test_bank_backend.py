@@ -1,0 +1,121 @@
+"""The bank world's backend: exact replay, no repeats within a debate, the grid snap, an exhausted bank, revise
+turns, and growth through a live backend."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dear import tasks
+from dear.bank.backend import BankBackend, snap
+from dear.bank.build import grower
+from dear.bank.store import Bank, BankSample, ShelfKey
+from dear.debate.engine import DebateConfig, DebateEngine
+from dear.debate.protocols import AdaptiveSCProtocol, MajorityProtocol
+from dear.llm.base import Backend, BackendError, Completion
+
+Q = tasks.load("gsm8k", "test", n=1)[0]
+KEY = ShelfKey("gsm8k", "test", "cot", 0.7, 0.9, 384)
+HOT = ShelfKey("gsm8k", "test", "cot", 1.0, 0.9, 384)
+
+
+def _bank(tmp_path, n=5, answers=None, key=KEY) -> Bank:
+    bank = Bank.open(tmp_path, "m.gguf", "0" * 64)
+    shelf = bank.shelf(key)
+    answers = answers or [str(10 + i) for i in range(n)]
+    shelf.append([BankSample(Q.id, i, 100 + i, f"Reasoning: r{i}\nFinal answer: \\boxed{{{a}}}", a, a, a == Q.gold,
+                             "exact", 50, 20 + i, "stop", {"mean_logprob": -0.1 * i, "lowest_group": 1.0,
+                                                           "tail_mean": -0.1, "answer_mean": None, "margin": None,
+                                                           "n_tokens": 20 + i, "k": 5, "window": 16, "tail": 32})
+                  for i, a in enumerate(answers)])
+    bank.record(shelf, {})
+    return bank
+
+
+def _run(backend, n_agents=3, protocol=None, seeds=(7,)):
+    cfg = DebateConfig(n_agents=n_agents, n_rounds=0, logprobs=5)
+    return DebateEngine(backend, cfg).run([Q] * len(seeds), protocol or MajorityProtocol(), list(seeds))
+
+
+def test_round_zero_replays_stored_samples_exactly_without_repeats(tmp_path):
+    bank = _bank(tmp_path)
+    stored = {s.text: s for s in bank.shelf(KEY).of(Q.id)}
+    (d,) = _run(BankBackend(bank, "gsm8k", "test"), n_agents=5)
+    turns = d.trace.rounds[0]
+    assert sorted(t.text for t in turns) == sorted(stored)  # all 5, each once
+    for t in turns:
+        s = stored[t.text]
+        assert (t.prompt_tokens, t.completion_tokens, t.confidence) == (s.prompt_tokens, s.completion_tokens,
+                                                                        s.confidence)
+        assert t.source == f"bank:{KEY.name}#{s.sample}"
+
+
+def test_debates_see_seeded_orders(tmp_path):
+    backend = BankBackend(_bank(tmp_path), "gsm8k", "test")
+    a, b, again = _run(backend, seeds=(1, 2, 1))
+    first = lambda d: [t.text for t in d.trace.rounds[0]]  # noqa: E731
+    assert first(a) == first(again) and first(a) != first(b)
+
+
+def test_fresh_samples_continue_the_debates_order(tmp_path):
+    backend = BankBackend(_bank(tmp_path, answers=["1", "2", "3", "4", "4"]), "gsm8k", "test")
+    cfg = DebateConfig(n_agents=3, n_rounds=2, logprobs=5, decision="all-answers")
+    (d,) = DebateEngine(backend, cfg).run([Q], AdaptiveSCProtocol(n_agents=3, agree=5, max_samples=5), [3])
+    texts = [t.text for t in d.trace.rounds[0]] + [t.text for r in d.trace.rounds[1:] for t in r if t.fresh]
+    assert len(texts) == 5 and len(set(texts)) == 5
+
+
+def test_an_exhausted_bank_is_a_clear_error(tmp_path):
+    (d,) = _run(BankBackend(_bank(tmp_path), "gsm8k", "test"), n_agents=6)
+    assert d.trace.failed and re.search(r"has 5 samples of question .* needs sample 6.*dear\.bank build", d.trace.error)
+    assert sum(t.error is None for t in d.trace.rounds[0]) == 5  # the other requests were served
+
+
+def test_revise_turns_need_a_live_backend(tmp_path):
+    from dear.debate.protocols import MADProtocol
+
+    (d,) = _run(BankBackend(_bank(tmp_path), "gsm8k", "test"), protocol=MADProtocol(n_rounds=1))
+    assert d.trace.failed and "revise turn needs a live backend" in d.trace.error
+
+
+def test_a_bank_without_the_shelf_is_refused(tmp_path):
+    with pytest.raises(BackendError, match="no shelf of gsm8k/train/cot"):
+        BankBackend(_bank(tmp_path), "gsm8k", "train")
+
+
+def test_the_grid_snap_takes_the_nearest_temperature_then_top_p():
+    keys = [KEY, HOT, ShelfKey("gsm8k", "test", "cot", 0.7, 1.0, 384)]
+    assert snap(keys, 0.9, 0.9) == HOT and snap(keys, 0.8, 0.95) == KEY and snap(keys, 0.6, 0.97) == keys[2]
+    assert snap(keys, 1.18, 1.0) == HOT
+
+
+def test_a_hot_request_is_served_from_the_nearest_shelf(tmp_path):
+    bank = _bank(tmp_path)
+    _bank(tmp_path, key=HOT, answers=["7", "8", "9"])
+    backend = BankBackend(Bank.open(tmp_path), "gsm8k", "test")
+    (d,) = DebateEngine(backend, DebateConfig(n_agents=2, n_rounds=0, temperature0=1.2)).run([Q], MajorityProtocol())
+    assert all(t.source.startswith(f"bank:{HOT.name}#") for t in d.trace.rounds[0])
+    assert bank.shelf(KEY).n_samples(Q.id) == 5
+
+
+class Live(Backend):
+    model_id = "live:test"
+
+    def __init__(self):
+        self.sent = []
+
+    def generate(self, requests):
+        self.sent.extend(requests)
+        return [Completion("Final answer: \\boxed{99}", 40, 10, "stop", 0.0) for _ in requests]
+
+
+def test_the_live_model_extends_an_exhausted_question_and_the_bank_grows(tmp_path):
+    bank = _bank(tmp_path, n=2)
+    live = Live()
+    (d,) = _run(BankBackend(bank, "gsm8k", "test", live=live, grow=grower(bank)), n_agents=3)
+    assert [t.source for t in d.trace.rounds[0]].count("live:test") == 1
+    assert (live.sent[0].temperature, live.sent[0].top_p, live.sent[0].max_tokens) == (0.7, 0.9, 384)
+    grown = Bank.open(tmp_path).shelf(KEY).of(Q.id)
+    assert [s.sample for s in grown] == [0, 1, 2] and grown[2].answer == "99"
+    assert grown[2].confidence == {"missing": "live: none sent"} and Bank.open(tmp_path).verify() == []

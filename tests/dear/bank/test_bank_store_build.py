@@ -1,0 +1,81 @@
+"""Sample banks: building, extending and resuming a shelf on the real smoke model; checksums; refusals."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from dear.bank.__main__ import main as bank_main
+from dear.bank.build import BuildPlan, build
+from dear.bank.store import Bank, BankSample, ShelfKey
+from dear.debate.engine import default_debate_seed
+from dear.seeds import derive_seed
+from dear import tasks
+
+KEY = ShelfKey("gsm8k", "test", "cot", 0.7, 0.9, 16)
+
+
+def _sample(q: str, i: int) -> BankSample:
+    return BankSample(q, i, i, f"text {i}", "1", "1", i % 2 == 0, "exact", 10, 5, "stop")
+
+
+def test_shelf_appends_reloads_and_never_stores_a_sample_twice(tmp_path):
+    bank = Bank.open(tmp_path, "m.gguf", "a" * 64)
+    shelf = bank.shelf(KEY)
+    shelf.append([_sample("q1", 0), _sample("q1", 1)])
+    shelf.append([_sample("q1", 1), _sample("q2", 0)])  # q1/1 again: skipped
+    bank.record(shelf, {"llm": "test"})
+    again = Bank.open(tmp_path).shelf(KEY)
+    assert again.questions == ["q1", "q2"] and [s.sample for s in again.of("q1")] == [0, 1]
+    assert sum(1 for _ in gzip.open(shelf.path, "rt")) == 3
+    assert Bank.open(tmp_path).verify() == []
+
+
+def test_a_damaged_shelf_fails_verification_and_another_model_is_refused(tmp_path):
+    bank = Bank.open(tmp_path, "m.gguf", "a" * 64)
+    shelf = bank.shelf(KEY)
+    shelf.append([_sample("q1", 0)])
+    bank.record(shelf, {})
+    with open(shelf.path, "ab") as f:
+        f.write(b"junk")
+    assert Bank.open(tmp_path).verify() == [KEY.name]
+    with pytest.raises(ValueError, match="not of other.gguf"):
+        Bank.open(tmp_path, "other.gguf", "b" * 64)
+    with pytest.raises(FileNotFoundError, match="no sample bank"):
+        Bank.open(tmp_path / "nowhere")
+
+
+@pytest.fixture(scope="module")
+def smoke(smoke_backend):
+    return smoke_backend
+
+
+def test_build_extend_and_resume_on_the_smoke_model(tmp_path, smoke):
+    bank = Bank.open(tmp_path, "smol.gguf", "c" * 64)
+    assert build(bank, BuildPlan(KEY, n=2, samples=3, top_logprobs=2), smoke, progress=False) == 2
+    shelf = bank.shelf(KEY)
+    first = {q: [s.text for s in shelf.of(q)] for q in shelf.questions}
+    # the same plan again: nothing to do; a larger n: only the new question
+    assert build(bank, BuildPlan(KEY, n=2, samples=3, top_logprobs=2), smoke, progress=False) == 0
+    assert build(bank, BuildPlan(KEY, n=3, samples=3, top_logprobs=2), smoke, progress=False) == 1
+    reopened = Bank.open(tmp_path).shelf(KEY)
+    questions = tasks.load("gsm8k", "test", n=3, seed=0)
+    assert reopened.questions == [q.id for q in questions]
+    assert {q: [s.text for s in reopened.of(q)] for q in first} == first
+    for q in questions:  # sample i has round-0 agent i's seed, with its confidence
+        for s in reopened.of(q.id):
+            assert s.seed == derive_seed(0, default_debate_seed(q), s.sample, 0)
+            assert s.confidence["n_tokens"] == s.completion_tokens and s.confidence["k"] == 2
+    entry = bank.manifest["shelves"][KEY.name]
+    assert (entry["questions"], entry["samples"]) == (3, 9) and Bank.open(tmp_path).verify() == []
+
+
+def test_the_command_builds_shows_and_verifies(tmp_path, capsys):
+    pytest.importorskip("xllamacpp")
+    argv = ["build", "--llm", "smoke", "--benchmark", "gsm8k", "--split", "test", "--n", "1", "--samples", "2",
+            "--max-tokens", "8", "--parallel", "2", "--bank", str(tmp_path), "-q"]
+    assert bank_main(argv) == 0
+    assert "| gsm8k-test-cot-t0.7-p0.9-m8 | 1 | 2 |" in capsys.readouterr().out
+    assert bank_main(["verify", "--bank", str(tmp_path)]) == 0
+    assert "every shelf matches" in capsys.readouterr().out

@@ -1,0 +1,95 @@
+"""eval.bank_replay: the frontier and paired-difference helpers, and the report end to end on a tiny sample bank."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from dear.bank.store import Bank, BankSample, ShelfKey
+from dear.debate.sampling_rules import RuleParams
+from eval import bank_replay as B
+
+
+def test_on_frontier():
+    # (accuracy, tokens): the second is dominated by the first (same accuracy, more tokens), the fourth by the third
+    points = [(0.8, 100), (0.8, 150), (0.9, 300), (0.85, 300), (0.9, 300)]
+    assert B.on_frontier(points) == [True, False, True, False, True]
+
+
+def _row(rule, scores):
+    return B.RowResult(B.RowSpec(rule, rule), tuple(scores), tuple(scores), 1.0, 1.0)
+
+
+def test_paired_to_the_baseline():
+    rows = [_row("cot", [1, 0, 1, 0]), _row(B.BASELINE, [1, 1, 0, 0])]
+    diffs = B.paired_to(rows, B.BASELINE, n_boot=200, seed=0)
+    assert diffs[0].mean == 0.0 and diffs[1] == B.metrics.CI(0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="baseline"):
+        B.paired_to(rows[:1], B.BASELINE, 10, 0)
+
+
+def _confidence(value):
+    return {"mean_logprob": value, "lowest_group": value, "tail_mean": value, "answer_mean": None, "margin": None,
+            "n_tokens": 10, "k": 5}
+
+
+def _question(qid, answers, right="12", confidence=None):
+    """One question's samples: answers in index order; sample 1 has no confidence record, sample 2 a missing one."""
+    out = []
+    for i, a in enumerate(answers):
+        conf = None if i == 1 else {"missing": "no logprobs"} if i == 2 else _confidence(-0.1 - 0.05 * (a != right))
+        out.append(BankSample(question_id=qid, sample=i, seed=i, text=f"... {a}", answer=a, answer_key=a,
+                              correct=a == right, grader="numeric", prompt_tokens=50, completion_tokens=100 + i,
+                              finish_reason="stop", confidence=conf))
+    return out
+
+
+def _tiny_bank(root):
+    bank = Bank.open(root, "m.gguf", "0" * 64)
+    shapes = [["12"] * 9, ["12", "7", "12", "7", "7", "12", "12", "3", "12"], ["7", "3", "12", "7", "7", "3", "12", "3", "7"],
+              [None, "12", "12", "5", "12", "12", "5", "12", "12"]]
+    for split in ("test", "train"):
+        shelf = bank.shelf(ShelfKey("gsm8k", split, "cot", 0.7, 0.9, 384))
+        for n, answers in enumerate(shapes):
+            shelf.append(_question(f"gsm8k-{split}-{n}", answers))
+        shelf.append(_question(f"gsm8k-{split}-short", ["12"] * 5))  # fewer than 9 samples: left out
+        bank.record(shelf, {})
+    return bank
+
+
+def test_the_report_end_to_end(tmp_path):
+    _tiny_bank(tmp_path / "bank")
+    out = tmp_path / "out"
+    assert B.main(["--bank", str(tmp_path / "bank"), "--out", str(out), "--orders", "3", "--n-boot", "50",
+                   "--prices", "0.01,0.002"]) == 0
+    assert {p.name for p in out.iterdir()} == {"summary.md", "summary.csv", "accuracy_vs_tokens.png"}
+    rows = list(csv.DictReader((out / "summary.csv").open(encoding="utf-8")))
+    rules = [r["rule"] for r in rows]
+    assert rules == ["cot", "sc-3", "sc-9", *(f"adaptive-sc-{a}-from-{s}" for a in (2, 3) for s in (1, 2, 3)),
+                     "esc-2", "esc-3", "cisc-3", "cisc-5", "cisc-9", "confident-stop", "confident-stop"]
+    assert {r["n_questions"] for r in rows} == {"4"}
+    base = rows[rules.index(B.BASELINE)]
+    assert float(base["minus_baseline"]) == 0.0
+    sc9 = rows[rules.index("sc-9")]
+    assert float(sc9["samples_per_question"]) == 9.0 and float(sc9["accuracy"]) == 0.75  # 12 leads in q0, q1, q3; 7 in q2
+    assert any(r["on_frontier"] == "True" for r in rows)
+    md = (out / "summary.md").read_text(encoding="utf-8")
+    assert "not synthetic" in md and "4 questions with at least 9 samples (1 with fewer left out)" in md
+    assert "fitted on `gsm8k-train-cot-t0.7-p0.9-m384`" in md and "seed 0" in md and "3 seeded permutations" in md
+
+
+def test_the_report_refuses_to_fit_on_the_reported_shelf(tmp_path):
+    _tiny_bank(tmp_path / "bank")
+    with pytest.raises(ValueError, match="fit on training questions"):
+        B.main(["--bank", str(tmp_path / "bank"), "--out", str(tmp_path / "o"), "--fit-split", "test"])
+    with pytest.raises(ValueError, match="no shelf math test"):
+        B.main(["--bank", str(tmp_path / "bank"), "--out", str(tmp_path / "o"), "--benchmark", "math"])
+
+
+def test_rows_carry_the_fitted_parameters():
+    fits = B.Fits({3: B.Fit(0.2, 0.9, (0.2,)), 5: B.Fit(0.5, 0.9, (0.5,)), 9: B.Fit(1.0, 0.9, (1.0,))},
+                  {0.01: B.Fit(-0.3, 0.8, (-0.3,))})
+    specs = {s.label: s for s in B.row_specs(9, fits)}
+    assert specs["CISC-5"].params.tau == 0.5
+    assert specs["confident stop (price 0.01/1k tokens)"].params == RuleParams(tau=0.2, threshold=-0.3)
