@@ -20,6 +20,7 @@ calls included), as if run alone.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,6 +71,15 @@ METHODS: dict[str, MethodSpec] = {
                      f"adaptive self-consistency: V samples, then one more at a time until {a} share an answer "
                      "(at most the self-consistency samples); plurality over those used", rule=f"adaptive-sc-{a}")
           for a in (2, 3)),
+        *(MethodSpec(f"adaptive-sc-{a}-from-{s}", f"Adaptive SC (from {s}, until {a} agree)", "samples",
+                     f"adaptive self-consistency started at {s} sample(s): one more at a time until {a} share an "
+                     "answer (at most the self-consistency samples); plurality over those used",
+                     rule=f"adaptive-sc-{a}-from-{s}")
+          for a in (2, 3) for s in (1, 2)),
+        *(MethodSpec(f"esc-{w}", f"ESC (window {w})", "samples",
+                      f"early-stopping self-consistency: windows of {w} samples until one window is unanimous (at "
+                      "most the self-consistency samples); plurality over every sample drawn", rule=f"esc-{w}")
+          for w in (2, 3)),
         MethodSpec("mad", "MAD", "debate", "full mask, fixed sampling", protocol="mad"),
         MethodSpec("mad-stop", "MAD stop-when-unanimous", "debate",
                    "MAD that ends as soon as all agents give the same answer (after round 0 or any later round)",
@@ -102,13 +112,22 @@ def round0_width(methods: Sequence[str], n_agents: int, sc_samples: int) -> int:
     return max(n_agents, sc_samples if wide else 0)
 
 
+def samples_needed(rule: str, n_agents: int) -> int:
+    """The fewest stored samples a rule must be able to read: its start (V for `adaptive-sc-A`) and its agreement,
+    or one ESC window."""
+    if m := re.fullmatch(r"adaptive-sc-(\d+)-from-(\d+)", rule):
+        return max(int(m[1]), int(m[2]))
+    name, _, arg = rule.rpartition("-")
+    return int(arg) if name == "esc" else max(n_agents, int(arg))
+
+
 def check_adaptive(specs: Sequence[MethodSpec], n_agents: int, sc_samples: int) -> None:
-    """An adaptive rule starts from V samples and must be able to reach its agreement within --sc-samples."""
+    """A rule over the stored samples must be able to reach its agreement (or its first window) within
+    --sc-samples."""
     for spec in specs:
-        agree = int(spec.rule.rpartition("-")[2]) if spec.rule else 0
-        if spec.rule and sc_samples < max(n_agents, agree):
-            raise ValueError(f"method {spec.name!r} starts from the V={n_agents} round-0 samples and stops when "
-                             f"{agree} agree: it needs --sc-samples >= {max(n_agents, agree)}, got {sc_samples}")
+        if spec.rule and sc_samples < samples_needed(spec.rule, n_agents):
+            raise ValueError(f"method {spec.name!r} ({spec.description}) needs --sc-samples >= "
+                             f"{samples_needed(spec.rule, n_agents)}, got {sc_samples}")
 
 
 def rule_width(spec: MethodSpec, round0: Sequence[AgentTurn], n_agents: int, sc_samples: int) -> int:

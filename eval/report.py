@@ -163,7 +163,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
-             baselines: Sequence[str] = ("mad", "majority", "sc", "adaptive-sc-2", "adaptive-sc-3", "cot"),
+             baselines: Sequence[str] = ("mad", "majority", "sc", "adaptive-sc-2", "adaptive-sc-3",
+                                         "adaptive-sc-2-from-2", "cot"),
              seed: int = 0, n_boot: int = 2000) -> str:
     """The full summary.md text. `meta` carries the command, model, seeds and labels for the header, and
     optionally `failures` {(benchmark, method): [(question_id, error)]} (failed debates that remain, left out

@@ -110,3 +110,27 @@ def test_round0_width_and_sc_samples_checks(tmp_path):
     bad[bad.index("--sc-samples") + 1] = "2"
     with pytest.raises(ValueError, match=r"'adaptive-sc-3' .* needs --sc-samples >= 3, got 2"):
         eval_run.main(bad)
+
+
+def test_rules_started_at_fewer_samples_and_esc_read_the_stored_round0(tmp_path):
+    """adaptive-sc-A-from-S and esc-W: each question's stored prefix cut where the rule stops, nothing generated, the
+    engine's vote equal to the rule's own outcome."""
+    out = tmp_path / "res"
+    eval_run.main(_args(out, "sc"), backend=FakeBackend(by_seed))
+    names = ["adaptive-sc-2-from-1", "adaptive-sc-2-from-2", "adaptive-sc-3-from-2", "esc-2", "esc-3"]
+    backend = FakeBackend(by_seed)
+    eval_run.main(_args(out, ",".join(["sc", *names])), backend=backend)
+    assert backend.calls == []
+    round0 = {t.question_id: t for t in read_jsonl(out / "traces" / "gsm8k" / "round0.jsonl")}
+    for name in names:
+        for t in read_jsonl(out / "traces" / "gsm8k" / f"{name}.jsonl"):
+            want = rule_outcome(Samples.of(round0[t.question_id]), name)
+            assert t.n_agents == want.used and t.final_expected == pytest.approx(want.score)
+    text = (out / "summary.md").read_text()
+    assert "Paired difference to Adaptive SC (from 2, until 2 agree)" in text
+
+
+def test_a_rule_that_cannot_reach_its_agreement_is_refused():
+    with pytest.raises(ValueError, match=r"esc-3.*needs --sc-samples >= 3, got 2"):
+        M.check_adaptive([M.METHODS["esc-3"]], n_agents=3, sc_samples=2)
+    M.check_adaptive([M.METHODS["adaptive-sc-2-from-1"]], n_agents=3, sc_samples=2)
