@@ -78,6 +78,8 @@ class ConfidenceRecord:
     tail_mean: float
     answer_mean: float | None
     margin: float | None
+    # Tokens of the returned text. The backend's completion_tokens can be 1-4 more: the end-of-generation token and
+    # a matched stop string are counted but carry no streamed log-probability (measured on the GSM8K bank).
     n_tokens: int
     k: int  # alternatives per token the backend returned (the top-k of `lowest_group` and `margin`)
     window: int = WINDOW
