@@ -38,8 +38,8 @@ from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.llm.registry import make_backend
 from dear.metrics import bootstrap_ci, paired_bootstrap_diff, round_scores, transitions
 from dear.progress import LiveProgress
+from dear.settings_guard import DebateRunSettings, open_run_dir
 from dear.tasks.types import Question
-from eval.settings_guard import DebateRunSettings, open_run_dir
 
 log = logging.getLogger("eval.layouts")
 PROG = "python -m eval.layouts"

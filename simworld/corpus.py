@@ -66,9 +66,9 @@ from dear.llm.registry import make_backend
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE  # the ranges training uses
 from dear.progress import LiveProgress
 from dear.seeds import derive_seed
+from dear.settings_guard import DebateRunSettings, open_run_dir  # shared by every resumable experiment directory
 from dear.tasks.loaders import subset
 from dear.tasks.types import Question
-from eval.settings_guard import DebateRunSettings, open_run_dir  # shared by every resumable experiment directory
 
 log = logging.getLogger("simworld.corpus")
 PROG = "python -m simworld.corpus"

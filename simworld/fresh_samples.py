@@ -36,8 +36,8 @@ from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.llm.registry import make_backend
 from dear.progress import LiveProgress
 from dear.seeds import derive_seed
+from dear.settings_guard import open_run_dir
 from dear.tasks import Question
-from eval.settings_guard import open_run_dir
 from simworld.corpus import CorpusFile, model_file_info
 from simworld.fit import load_corpus, split_by_question
 

@@ -33,7 +33,7 @@ from dear.debate.trace import DebateTrace, read_jsonl
 from dear.llm.base import Backend
 from dear.llm.registry import make_backend
 from dear.metrics import Ratio, paired_bootstrap_diff, wilson_ci
-from eval.settings_guard import open_run_dir
+from dear.settings_guard import open_run_dir
 from simworld.fit import load_corpus
 
 log = logging.getLogger("simworld.pool_pilot")

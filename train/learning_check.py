@@ -55,7 +55,6 @@ from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.policy import JointPolicy
 from train.build import policy_config
-from dear.deprecation import with_moved_files
 from train.config import TrainConfig, config_names, load_config, with_settings_before_the_key
 from train.evaluate import evaluate
 from train.logger import read_metrics
@@ -216,8 +215,8 @@ class CheckDir:
         out.mkdir(parents=True, exist_ok=True)
         saved = out / "settings.json"
         if saved.exists():
-            old = with_moved_files(json.loads(saved.read_text()))  # settings saved before a file moved
-            if isinstance(old.get("resolved_config"), dict):  # ... or before a config key existed
+            old = json.loads(saved.read_text())
+            if isinstance(old.get("resolved_config"), dict):  # settings saved before a config key existed
                 old["resolved_config"] = with_settings_before_the_key(old["resolved_config"])
             old.pop("seeds", None)  # checks written before seeds could be added later stored them
             # The overrides say only how a setting was given (today's default may have been an override then,

@@ -11,25 +11,20 @@ FLOORS = {
     "dear.vote": 0, "dear.seeds": 0, "dear.synthetic_header": 0, "dear.deprecation": 0, "dear.cli": 0,
     "dear.atomic": 0, "dear.progress": 0, "dear.llm.base": 0,  # dear.llm.base: the backend contract, below every backend
     "dear.llm": 1, "dear.tasks": 1, "dear.evidence": 1, "dear.belief": 1, "dear.metrics": 1, "dear.integrity": 1,
-    "dear.confidence": 1, "dear.sandbox": 1,
+    "dear.confidence": 1, "dear.sandbox": 1, "dear.settings_guard": 1,
     "dear.sim": 1,
     "dear.debate": 2, "dear.policy": 2,
     "dear.regulator": 3, "dear.bank": 3, "dear.bank.store": 1, "dear.bank.backend": 2, "dear.export": 3, "dear.read_rates": 3, "dear.infer": 3, "dear.show": 3, "envs": 3,
     "train": 4, "eval": 4, "simworld": 4, "dear.serve": 4,
 }
 # Same-floor imports that the floor plan allows, (importer, imported) as units or modules: the export artifact is
-# read by the inference API; the backend registry builds the simulated world's backend (`make_backend("sim")`);
-# the corpus collector guards its directory as the evaluation harness guards its own.
+# read by the inference API; the backend registry builds the simulated world's backend (`make_backend("sim")`).
+# None between the applications: eval/ and simworld/ (both floor 4) never import each other.
 ALLOWED_SIDEWAYS = {("dear.infer", "dear.export"), ("dear.infer", "dear.regulator"), ("envs", "dear.regulator"),
-                    ("dear.llm.registry", "dear.sim.backend"), ("dear.llm.registry", "dear.bank.backend"),
-                    ("simworld", "eval.settings_guard")}
+                    ("dear.llm.registry", "dear.sim.backend"), ("dear.llm.registry", "dear.bank.backend")}
 # Old module paths kept as thin aliases (a FutureWarning, then the new code): each may import what replaced it.
 ALIASES = {
     "dear.llm.sim": ("dear.sim",),
-    "eval.corpus": ("simworld.corpus",),
-    "eval.fit_corpus": ("simworld.fit", "simworld.validation"),
-    "eval.evidence_match": ("simworld.evidence_match",),
-    "eval.fit_sim": ("dear.sim", "simworld"),
 }
 TOPS = ("dear", "envs", "train", "eval", "simworld")
 
