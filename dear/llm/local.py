@@ -3,6 +3,11 @@
 Every request of a batch is submitted at once from its own thread (the xllamacpp handler blocks but
 releases the GIL), so llama.cpp decodes all slots together in one continuous batch. Requests are streamed
 and gathered back into one response, so that `close()` can cancel the ones still decoding.
+
+A `repeatable` backend instead decodes one request at a time, in submission order, in its one slot and without
+reusing any earlier prompt's KV cache: llama.cpp's numerics follow the batch it decodes in (which slots are active)
+and the cached state a prompt starts from, and both follow the timing of the requests otherwise. Each text then
+depends only on its request, the model and the thread count (`choose_threads`).
 """
 
 from __future__ import annotations
@@ -101,6 +106,23 @@ def choose_threads(n_threads: int | None = None) -> ThreadChoice:
             raise ValueError(f"DEAR_LLAMA_THREADS must be an integer, got {env!r}") from None
         return ThreadChoice(threads, cores, load, override=f"DEAR_LLAMA_THREADS={env}")
     return ThreadChoice(max(1, cores), cores, load)
+
+
+# Backend kinds that give a seed the same texts without `repeatable`: the synthetic debaters and replayed samples.
+REPEATABLE_ANYWAY = ("sim", "bank")
+
+
+def check_repeatable(specs: Sequence[str], what: str = "--repeatable") -> None:
+    """ValueError naming the first backend spec that cannot decode repeatably: `repeatable` is a setting of the
+    llama.cpp backends (local, smoke) and a no-op for sim and bank (repeatable anyway); an OpenAI-compatible server
+    or vLLM batches requests as it sees fit."""
+    from dear.llm.registry import kind_of, uses_llama_cpp
+
+    for spec in specs:
+        if not (uses_llama_cpp(spec) or kind_of(spec) in REPEATABLE_ANYWAY):
+            raise ValueError(f"{what}: the {kind_of(spec)} backend ({spec.strip()}) batches requests as it sees fit, "
+                             f"so its texts cannot be made repeatable; repeatable applies to the llama.cpp backends "
+                             f"(local, smoke) and is a no-op for {' and '.join(REPEATABLE_ANYWAY)}")
 
 
 def request_payload(request: ChatRequest, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -380,6 +402,10 @@ class LocalLlamaBackend(Backend):
         ngram_size: (n, m) for the ngram-* types: look up the last n tokens, draft the m that followed them.
         progress_chunks: stream llama.cpp's prompt-progress reports too, so that `close()` can cancel a slot that
             is still reading its prompt (False: only at its first token; bench/bench_stop.py compares the two).
+        repeatable: decode one request at a time in submission order (needs n_parallel=1; concurrent `generate`
+            calls wait for each other) and never start a prompt from an earlier one's KV cache, so that a seeded
+            request gives the same text whatever else is in flight (same model and thread count). Slower than
+            parallel slots: bench/bench_repeatable.py measures the ratio.
     """
 
     def __init__(
@@ -398,6 +424,7 @@ class LocalLlamaBackend(Backend):
         draft_max: int = 16,
         ngram_size: tuple[int, int] | None = None,
         progress_chunks: bool = True,
+        repeatable: bool = False,
     ):
         path = Path(model_path)
         if not path.is_file():
@@ -406,6 +433,9 @@ class LocalLlamaBackend(Backend):
             raise ValueError(
                 f"n_parallel must be >= 1 and n_ctx >= 16, got n_parallel={n_parallel}, n_ctx={n_ctx}"
             )
+        if repeatable and n_parallel != 1:
+            raise ValueError(f"repeatable decodes one request at a time: n_parallel must be 1, got {n_parallel} "
+                             f"(drop the parallel setting or turn repeatable off)")
         try:
             import xllamacpp
         except ImportError as exc:
@@ -415,6 +445,10 @@ class LocalLlamaBackend(Backend):
 
         choice = choose_threads(n_threads)
         print(choice.describe(), file=sys.stderr, flush=True)  # the one setting that can make a run ~10x slower
+        if repeatable:
+            print("llama.cpp: repeatable (one request at a time, no prompt-cache reuse): a seed's texts depend only "
+                  "on the request, the model and the thread count", file=sys.stderr, flush=True)
+            cache_prompt = False  # a prompt's start state would depend on which request came before it
         threads = choice.threads
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
@@ -427,6 +461,8 @@ class LocalLlamaBackend(Backend):
             params.cpuparams.poll = poll
             params.cpuparams_batch.poll = poll
         params.cache_prompt = cache_prompt
+        if repeatable:
+            params.cache_ram_mib = 0  # nor restore a state saved from an earlier request (llama.cpp's RAM cache)
         configure_speculative(params, xllamacpp, speculative, draft_max, ngram_size)
         params.warmup = False
         params.verbosity = verbosity
@@ -454,6 +490,8 @@ class LocalLlamaBackend(Backend):
         self.context_length = n_ctx
         self.n_parallel = n_parallel
         self.speculative = speculative
+        self.repeatable = repeatable
+        self._serial = threading.Lock()  # a repeatable backend's generate calls run one after another
         self.server_timings = ServerTimings()
         self._cache_prompt = cache_prompt
         self._extra = dict(DEFAULT_EXTRA_SAMPLING if extra_sampling is None else extra_sampling)
@@ -538,6 +576,9 @@ class LocalLlamaBackend(Backend):
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         if self._server is None:
             raise BackendError("LocalLlamaBackend is closed")
+        if self.repeatable:  # the next request goes only once the previous one has returned
+            with self._serial:
+                return [self._one(r) for r in requests]
         return list(self._pool.map(self._one, requests))
 
     def count_tokens(self, text: str) -> int:
