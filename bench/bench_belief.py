@@ -18,7 +18,6 @@ import torch
 
 from dear.belief import fuse, opinions
 from dear.cli import run as run_cli
-from dear.deprecation import add_renamed_flags
 from dear.evidence import pairwise_evidence
 
 PROG = "python bench/bench_belief.py"
@@ -42,7 +41,6 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=256, help="debates per call (B)")
     parser.add_argument("--n-agents", type=int, nargs="+", default=[3, 5, 8], help="V values to time")
-    add_renamed_flags(parser, {"--agents": "--n-agents"})  # the old name still works
     parser.add_argument("--dim", type=int, default=384, help="embedding dim (MiniLM: 384, BGE-M3: 1024)")
     parser.add_argument("--reps", type=int, default=50, help="timed calls per V (median reported)")
     parser.add_argument("--rule", choices=["dst", "mean"], default="dst")

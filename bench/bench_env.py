@@ -11,7 +11,6 @@ Numbers from the sim backend are labelled [synthetic].
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dear.atomic import write_json
 from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args
 from dear.policy import JointPolicy, PolicyConfig
@@ -162,7 +162,7 @@ def main() -> None:
         )
         results["real"] = r
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+        write_json(args.json, results, indent=2, default=str)
 
 
 if __name__ == "__main__":

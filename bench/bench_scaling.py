@@ -1,6 +1,6 @@
 """Rollout throughput with 1, 2 and 4 Ray workers against an OpenAI-compatible server with per-token latency.
 
-    taskset -c 1 python bench/bench_scaling.py                        # writes docs/scaling.png + docs/scaling.md
+    taskset -c 1 python bench/bench_scaling.py                        # writes docs/scaling.png + docs/SCALING.md
     taskset -c 1 python bench/bench_scaling.py --workers 1,2 --episodes 16 --no-write
 
 What runs: the trainer's real rollout path (`train.workers.RayPool.collect`: Ray rollout actors, each with a
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ms-per-token", type=float, default=20.0, help="the stand-in server's decode time per token")
     p.add_argument("--tokens", type=int, default=64, help="completion tokens per request")
     p.add_argument("--repeats", type=int, default=3, help="timed collects per setting (median reported)")
-    p.add_argument("--out-dir", default=str(ROOT / "docs"), help="where scaling.png and scaling.md go")
+    p.add_argument("--out-dir", default=str(ROOT / "docs"), help="where scaling.png and SCALING.md go")
     p.add_argument("--no-write", action="store_true", help="print only")
     a = p.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -191,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_write:
         out = Path(a.out_dir)
         plot(points, out / "scaling.png", f"Rollout scaling, stand-in server {a.ms_per_token:g} ms/token")
-        (out / "scaling.md").write_text(
+        (out / "SCALING.md").write_text(
             f"# Rollout scaling: 1, 2, 4 Ray workers (measured here)\n\n"
             f"Command: `{command}`\n\nSetting: {setting}. Wall time is the median of {a.repeats} collects after "
             f"a warm-up per setting, run round-robin over the settings; every setting collects the same seeded "
             f"debates. 'LLM-bound minimum' = chunks per worker x rounds x tokens x ms/token: the wall time if only "
             f"the stand-in's sleeps took time.\n\n{text}\n\n![scaling](scaling.png)\n\n"
             f"Raw: `{json.dumps([asdict(x) for x in points])}`\n")
-        print(f"wrote {out / 'scaling.png'} and {out / 'scaling.md'}")
+        print(f"wrote {out / 'scaling.png'} and {out / 'SCALING.md'}")
     return 0
 
 

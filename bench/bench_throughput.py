@@ -31,7 +31,6 @@ measured reading rate), over raw's tokens per second. `after / ceiling` is then 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -41,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from dear import tasks  # noqa: E402
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, prompts  # noqa: E402
+from dear.atomic import write_json  # noqa: E402
 from dear.cli import run as run_cli  # noqa: E402
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args  # noqa: E402
 from dear.llm.base import Backend, ChatMessage, ChatRequest  # noqa: E402
@@ -219,13 +219,13 @@ def main(argv=None) -> int:
               f"({drafts.acceptance:.2f})")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "passes": [
+        write_json(a.out, {"args": vars(a) | {"out": str(a.out)}, "passes": [
             asdict(ps) | {"tokens_per_s": ps.tokens_per_s, "ratio_to_raw": ps.tokens_per_s / raw if raw else None,
                           "slot_use_prompt_decode": ps.slot_use(a.parallel)}
             for ps in passes], "prompt_reading": asdict(reading),
             "ceiling_after": None if limit is None else asdict(limit), "draft_tokens": None if drafts is None else {
                 "drafted": drafts.drafted, "accepted": drafts.accepted}},
-            indent=2) + "\n")
+            indent=2, trailing_newline=True)
     return 1 if any(ps.errors for ps in passes) else 0
 
 

@@ -1,4 +1,4 @@
-"""Self-contained export of a trained DEAR policy (DESIGN §10): safetensors weights + a JSON manifest.
+"""Self-contained export of a trained DEAR policy (docs/DESIGN.md §10): safetensors weights + a JSON manifest.
 
     python -m dear.export runs/RUN_DIR exported/dear-gsm8k        # latest checkpoint of a run
     python -m dear.export runs/RUN_DIR/checkpoints/iter_000100 OUT  # a specific checkpoint
@@ -86,9 +86,8 @@ class ExportedPolicy:
 
     @property
     def n_rounds(self) -> int | None:
-        """Exchange rounds the policy was trained for (None = unknown); older manifests name it "rounds"."""
-        training = self.manifest.get("training", {})
-        value = training.get("n_rounds", training.get("rounds"))
+        """Exchange rounds the policy was trained for (None = unknown)."""
+        value = self.manifest.get("training", {}).get("n_rounds")
         return None if value is None else int(value)
 
     @property
@@ -105,17 +104,6 @@ class ExportedPolicy:
     def decision(self) -> str:
         """The final vote's rule the policy was trained with (last-round for exports from before the setting)."""
         return str(self.manifest.get("training", {}).get("decision") or "last-round")
-
-
-def _run_setting(section: dict[str, Any], key: str, old_key: str, default: Any = KeyError) -> Any:
-    """A run config.yaml value under its current key, or under its old name (runs saved before a key was renamed)."""
-    if key in section:
-        return section[key]
-    if old_key in section:
-        return section[old_key]
-    if default is KeyError:
-        raise KeyError(key)
-    return default
 
 
 def choose_encoder(trained: str, requested: str | None = None, allow_mismatch: bool = False) -> str:
@@ -332,10 +320,10 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
         raise ExportError(f"{ckpt / 'config.yaml'}: cannot be parsed as a run config: {type(e).__name__}: {e}") from None
     try:
         pcfg = PolicyConfig(
-            n_agents=_run_setting(env, "n_agents", "num_agents"), selection_mode=pol.get("selection_mode", "learned"),
+            n_agents=env["n_agents"], selection_mode=pol.get("selection_mode", "learned"),
             behavior_mode=pol.get("behavior_mode", "learned"), fusion=env.get("fusion", "dst"),
             selection_hidden=pol.get("hidden", 64), behavior_hidden=pol.get("hidden", 64),
-            log_std_init=_run_setting(pol, "log_std_init", "init_log_std", -0.5), temperature_range=tuple(env["temperature_range"]),
+            log_std_init=pol.get("log_std_init", -0.5), temperature_range=tuple(env["temperature_range"]),
             top_p_range=tuple(env["top_p_range"]), fixed_temperature=pol.get("fixed_temperature", 0.7),
             fixed_top_p=pol.get("fixed_top_p", 0.9),
             behavior_map=pol.get("behavior_map", "sigmoid"),  # runs from before the key: the paper's sigmoid
@@ -361,7 +349,7 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             raise ExportError(str(e)) from None
     training = {"checkpoint": str(ckpt), "iteration": state.get("counters", {}).get("iteration"),
                 "task": env.get("task"), "split": env.get("split"), "llm": spec, "synthetic": synthetic,
-                "n_rounds": _run_setting(env, "n_rounds", "rounds", None), "token_cost": env.get("token_cost"),
+                "n_rounds": env.get("n_rounds"), "token_cost": env.get("token_cost"),
                 "layout": env.get("layout"),  # None: a run from before the layout setting
                 "silent": bool(env.get("silent", False)), "answer_aware": float(env.get("answer_aware", 0.0)),
                 "decision": env.get("decision", "last-round"),

@@ -1,4 +1,4 @@
-"""Inference-time DEAR debates with an exported policy (DESIGN §10), on any backend (floor 3).
+"""Inference-time DEAR debates with an exported policy (docs/DESIGN.md §10), on any backend (floor 3).
 
 No trainer, Ray or gym: an exported artifact (`python -m dear.export RUN OUT`) plus a backend spec is all.
 
@@ -38,7 +38,6 @@ from dear.debate.engine import Debate, DebateConfig, DebateEngine, pot_on_synthe
 from dear.debate.picture import turn_kind, write_html
 from dear.debate.profiles import AgentProfile, backend_specs, on_backend
 from dear.debate.trace import AgentTurn, DebateTrace, write_jsonl
-from dear.deprecation import renamed_keyword
 from dear.evidence import make_encoder
 from dear.export import SHIPPED_POLICY, ExportedPolicy, ExportError, choose_encoder, load_exported
 from dear.integrity import check_output_file
@@ -85,7 +84,6 @@ class RegulatedDebater:
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
                  agent_profiles: Sequence[AgentProfile] | None = None,
                  sandbox_limits: SandboxLimits = DEFAULT_LIMITS, show_programs: bool = True, **backend_options):
-        n_rounds = renamed_keyword("RegulatedDebater", "rounds", "n_rounds", n_rounds, backend_options)  # old keyword
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         self._key = key = llm if isinstance(llm, str) else "llm"  # the profiles' name of `llm`
         profiles = on_backend(agent_profiles, key) if agent_profiles else None

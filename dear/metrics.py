@@ -1,4 +1,4 @@
-"""Debate metrics on plain per-debate arrays (DESIGN §8). Floor 1: no project imports.
+"""Debate metrics on plain per-debate arrays (docs/DESIGN.md §8). Floor 1: no project imports.
 
 A debate is described by `ScoredDebate`: the answer key and the correctness of every agent in every round
 (`answers[r][i]`, `correct[r][i]`), the final vote's score and the tokens. Keys are class representatives

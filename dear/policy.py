@@ -1,4 +1,4 @@
-"""The two DEAR actors and the shared critic (DESIGN §4-§6).
+"""The two DEAR actors and the shared critic (docs/DESIGN.md §4-§6).
 
 Floor 2: imports torch and `dear.belief` only. The same code builds the behavior observation for the
 environment, the evaluation and the exported policy (`behavior_observation`).
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -43,7 +43,6 @@ from torch import nn
 from torch.distributions import Bernoulli, Independent, Normal
 
 from dear.belief import Opinion, fuse
-from dear.deprecation import rename_keys
 
 SelectionMode = Literal["learned", "full", "random"]
 BehaviorMap = Literal["sigmoid", "clip"]
@@ -178,7 +177,7 @@ class Sampling:
 
 
 def _unit(raw: torch.Tensor | np.ndarray, behavior_map: BehaviorMap) -> torch.Tensor | np.ndarray:
-    """Raw values -> [0, 1]: the logistic (DESIGN §5), or the affine map of [-1, 1] clipped at its ends."""
+    """Raw values -> [0, 1]: the logistic (docs/DESIGN.md §5), or the affine map of [-1, 1] clipped at its ends."""
     if behavior_map == "clip":
         if isinstance(raw, torch.Tensor):
             return ((raw + 1.0) / 2.0).clamp(0.0, 1.0)
@@ -196,7 +195,7 @@ def to_sampling(
     top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
     behavior_map: BehaviorMap = "sigmoid",
 ) -> Sampling:
-    """DESIGN §5: ``T = T_min + (T_max - T_min) g(z_T)``, ``top_p = P_min + (P_max - P_min) g(z_P)``.
+    """docs/DESIGN.md §5: ``T = T_min + (T_max - T_min) g(z_T)``, ``top_p = P_min + (P_max - P_min) g(z_P)``.
 
     ``g`` is the logistic σ (the paper's; `behavior_map="sigmoid"`) or ``clip((z + 1) / 2, 0, 1)``
     (`"clip"`): the Gaussian's mean then reaches a range end at a finite raw value, and the policy gradient keeps
@@ -513,12 +512,8 @@ class PolicyConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    # Old key -> new key; manifests and checkpoints written before the rename still load.
-    RENAMED_KEYS: ClassVar[dict[str, str]] = {"temp_range": "temperature_range"}
-
     @classmethod
     def from_dict(cls, data: dict) -> PolicyConfig:
-        data = rename_keys(data, cls.RENAMED_KEYS, "PolicyConfig: ")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"PolicyConfig: unknown keys {sorted(unknown)}")

@@ -158,7 +158,7 @@ def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0
 class CertaintyWeigher:
     """The belief-weighted vote's weights (dear.debate.engine.Weigher): each agent's certainty 1 - u_i in every
     round of a debate that no observation has covered yet (usually only the last, which the engine votes on
-    before the regulator sees it). u_i = V / (V + sum_j e_ij) (DESIGN §3), so an answer weighs more the more its
+    before the regulator sees it). u_i = V / (V + sum_j e_ij) (docs/DESIGN.md §3), so an answer weighs more the more its
     reasoning is corroborated by its round's peers; 1 - u_i < 1/2."""
 
     encoder: Encoder

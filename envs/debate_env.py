@@ -1,4 +1,4 @@
-"""The DEAR debate POMDP as a Gymnasium environment (DESIGN §6): `dear/Debate-v0`.
+"""The DEAR debate POMDP as a Gymnasium environment (docs/DESIGN.md §6): `dear/Debate-v0`.
 
 One episode = one debate of `n_rounds` exchange rounds on a question drawn (seeded) from a task split.
 `reset` runs round 0 (independent answers); each `step` runs ONE exchange round under the action.
@@ -49,7 +49,6 @@ from dear.debate.engine import DECISIONS, Debate, DebateConfig, DebateEngine, Ro
 from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
-from dear.deprecation import renamed_keyword
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
 from dear.metrics import round_vote
@@ -441,13 +440,10 @@ class DebateCore:
 
 def temperature_range_keyword(env_name: str, temperature_range: tuple[float, float] | None,
                               old_keywords: Mapping[str, Any]) -> tuple[float, float]:
-    """The temperature range an env constructor was given, under its name or its old name `temp_range` (which
-    still works, with a FutureWarning naming the new one)."""
-    rest = dict(old_keywords)
-    value = renamed_keyword(env_name, "temp_range", "temperature_range", temperature_range, rest)
-    if rest:
-        raise TypeError(f"{env_name}() got unexpected keyword arguments {sorted(rest)}")
-    return tuple(value if value is not None else DEFAULT_TEMPERATURE_RANGE)
+    """The temperature range an env constructor was given (None: the default); other keywords are refused."""
+    if old_keywords:
+        raise TypeError(f"{env_name}() got unexpected keyword arguments {sorted(old_keywords)}")
+    return tuple(temperature_range if temperature_range is not None else DEFAULT_TEMPERATURE_RANGE)
 
 
 class DebateEnv(gym.Env):
@@ -491,7 +487,7 @@ class DebateEnv(gym.Env):
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
-        **old_keywords: Any,  # temp_range (deprecated name of temperature_range)
+        **old_keywords: Any,  # none taken: a TypeError names them (the old temp_range too)
     ):
         super().__init__()
         temperature_range = temperature_range_keyword("DebateEnv", temperature_range, old_keywords)

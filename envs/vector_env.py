@@ -88,7 +88,7 @@ class DebateVectorEnv(VectorEnv):
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        **old_keywords: Any,  # temp_range (deprecated name of temperature_range)
+        **old_keywords: Any,  # none taken: a TypeError names them (the old temp_range too)
     ):
         temperature_range = temperature_range_keyword("DebateVectorEnv", temperature_range, old_keywords)
         if num_envs < 1:

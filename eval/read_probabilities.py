@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from dear.atomic import write_json
 from dear.cli import run as run_cli
 from dear.debate.profiles import in_vocabulary
 from dear.policy import JointPolicy, observes_decision, pairs_to_mask, profile_onehot, selection_observation
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> list[ReadRate]:
           "selection's mean probability for the pairs, from the regulator's log):\n")
     print("\n".join(table(rates)))
     if a.json:
-        a.json.write_text(json.dumps([dict(asdict(x), rate=x.rate) for x in rates], indent=1) + "\n")
+        write_json(a.json, [dict(asdict(x), rate=x.rate) for x in rates], indent=1, trailing_newline=True)
     return rates
 
 

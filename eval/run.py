@@ -51,7 +51,6 @@ from dear.debate.profiles import as_profiles, backend_specs, on_backend
 from dear.debate.protocols import unanimous
 from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
-from dear.deprecation import add_renamed_flags, rename_keys
 from dear.export import choose_encoder
 from dear.integrity import read_json
 from dear.llm.base import GENERATED_TOKENS, Backend
@@ -74,7 +73,6 @@ _ADDED_SETTINGS = {"agent_profiles": None}
 # The policy's settings: a run without a DEAR method keeps the directory's (its answers do not depend on them).
 _POLICY_SETTINGS = ("checkpoint", "encoder", "checkpoint_sha256", "policy_sampling")
 POLICY_SAMPLING = ("deterministic", "sampled")
-_RENAMED_SETTINGS = {"agents": "n_agents", "rounds": "n_rounds"}
 ROUND0 = "round0"  # the pseudo-method name of the shared round 0 in timings and failure lists
 
 
@@ -141,7 +139,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                                     "evaluated with")
     policy.add_argument("--temperature-range", help="expected temperature range lo,hi; error if the checkpoint "
                                                     "differs")
-    add_renamed_flags(p, {"--temp-range": "--temperature-range"})
     policy.add_argument("--top-p-range", help="expected top-p range lo,hi; error if the checkpoint differs")
     policy.add_argument("--policy-sampling", choices=POLICY_SAMPLING, default="deterministic",
                         help="DEAR policies act by the mode of their distribution (default) or sample (seeded per "
@@ -248,8 +245,7 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
             stored = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not valid JSON ({e}); repair it or use another --out") from None
-        # run.json files written before V and R got their one name (n_agents, n_rounds) say "agents", "rounds"
-        old = {**_ADDED_SETTINGS, **rename_keys(stored.get("settings", {}), _RENAMED_SETTINGS, warn=False)}
+        old = {**_ADDED_SETTINGS, **stored.get("settings", {})}
         missing = [k for k in _FIXED_SETTINGS if k not in old]
         if missing and not report_only:
             raise ValueError(f"{path} predates the settings {missing} (an older eval.run wrote it, without a "

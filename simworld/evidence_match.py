@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import ks_2samp
 
+from dear.atomic import write_json
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import DebateEngine
@@ -324,11 +325,10 @@ def run(corpus_dir: str | Path | Corpus, out: str | Path, encoder_spec: str, par
              f"The fitted world's parameters: `{out / PARAMS_FILE}`.")
     md = report_markdown(res, command, encoder_spec, synthetic) + "\n".join(grid_markdown(fit)) + "\n\n" + sizes
     (out / "evidence_report.md").write_text(md + "\n")
-    (out / "evidence_report.json").write_text(json.dumps({"command": command, "encoder": encoder_spec,
-                                                          "bank": str(bank_path), "n_bank_texts": bank["n_texts"],
-                                                          "params": str(out / PARAMS_FILE),
-                                                          "recombination": asdict(fit), "results": res},
-                                                         indent=2) + "\n")
+    write_json(out / "evidence_report.json", {"command": command, "encoder": encoder_spec, "bank": str(bank_path),
+                                              "n_bank_texts": bank["n_texts"], "params": str(out / PARAMS_FILE),
+                                              "recombination": asdict(fit), "results": res},
+               indent=2, trailing_newline=True)
     return res
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from dear.atomic import write_json
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.debate.corpus_file import read_corpus
@@ -241,7 +242,7 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
               "null": {"k": null.k, "q": null.q}, "words": words, "chars_per_token": chars,
               "params": fitted.to_dict(),
               "seconds": time.perf_counter() - t0}
-    (out / "fit_report.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    write_json(out / "fit_report.json", result, indent=2, default=float, trailing_newline=True)
     (out / "fit_report.md").write_text(report_markdown(result, fitted, default))
     return result
 

@@ -16,7 +16,6 @@ a warning (and their weights are still checked for NaN/inf).
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import random
@@ -30,6 +29,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from dear.atomic import write_json
 from dear.integrity import (
     CHECKSUMS_FILE,
     IntegrityError,
@@ -95,7 +95,7 @@ def save_checkpoint(run_dir: Path, learner: HAPPO, counters: Counters, config_ya
         "numpy_rng": [np_state[0], np_state[1].tolist(), *[x for x in np_state[2:]]],
         **(extra or {}),
     }
-    (tmp / "state.json").write_text(json.dumps(state))
+    write_json(tmp / "state.json", state)
     (tmp / "config.yaml").write_text(config_yaml)
     write_checksums(tmp, CHECKPOINT_FILES, CHECKSUMS_FILE)
     final = ckpt_root / name

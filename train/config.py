@@ -18,12 +18,11 @@ import yaml
 from dear.debate.engine import DebateConfig, sampling_range_errors
 from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
-from dear.deprecation import rename_keys
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
-# LLM presets -> backend spec for dear.llm.registry.make_backend (DESIGN §7).
+# LLM presets -> backend spec for dear.llm.registry.make_backend (docs/DESIGN.md §7).
 LLM_PRESETS: dict[str, str] = {
     "local": "local",  # embedded Qwen2.5-Coder-1.5B Q4_K_M through llama.cpp (CPU)
     "smoke": "smoke",  # SmolLM2-135M, for minute-long real-model runs
@@ -38,27 +37,6 @@ BACKEND_KINDS = ("local", "smoke", "vllm", "openai", "sim")  # the first part of
 
 class ConfigError(ValueError):
     """A config file or override has an unknown key, a wrong type or a bad value."""
-
-
-# Old dotted key -> new dotted key (one name per quantity). Old keys still load, with a warning.
-RENAMED_KEYS: dict[str, str] = {
-    "env.num_agents": "env.n_agents",
-    "env.rounds": "env.n_rounds",
-    "policy.init_log_std": "policy.log_std_init",
-}
-
-
-def rename_deprecated_keys(data: dict[str, Any], where: str = "") -> dict[str, Any]:
-    """A copy of nested config `data` with every old key (RENAMED_KEYS) moved to its new name, warning once
-    per key; giving both the old and the new name of a key is an error."""
-    out = dict(data)
-    for section in sorted({old.split(".")[0] for old in RENAMED_KEYS}):
-        if isinstance(out.get(section), dict):
-            renamed = {old.split(".")[1]: new.split(".")[1] for old, new in RENAMED_KEYS.items()
-                       if old.startswith(section + ".")}
-            out[section] = rename_keys(out[section], renamed, where, prefix=section + ".", label="config key",
-                                       error=ConfigError)
-    return out
 
 
 @dataclass
@@ -241,7 +219,7 @@ class HAPPOConfig:
     lr_critic: float = 1e-3  # Adam learning rate of the critic
     # Linear decay of every learning rate to 0 over run.iterations (CleanRL's anneal_lr): late, noisy updates
     # move the policy less, so it settles where it is instead of random-walking around the optimum (the learning
-    # suite: no world worse, docs/learning-suite.md)
+    # suite: no world worse, docs/LEARNING_SUITE.md)
     anneal_lr: bool = True
     update_epochs: int = 5  # passes over each iteration's batch
     num_minibatches: int = 1  # minibatches per pass
@@ -249,13 +227,13 @@ class HAPPOConfig:
     value_norm: bool = True  # normalise value targets with running statistics (HARL ValueNorm)
     obs_norm: bool = False  # running per-feature standardisation of actor/critic inputs (dear.policy.RunningNorm)
     target_kl: float | None = None  # early stop of an agent's epochs when approx-KL exceeds it
-    agent_order: Literal["fixed", "random"] = "fixed"  # fixed = selection then behavior (DESIGN §6)
+    agent_order: Literal["fixed", "random"] = "fixed"  # fixed = selection then behavior (docs/DESIGN.md §6)
     # happo = sequential updates with the ratio factor (Kuba et al.); ablations: mappo (no factor), ppo (one
     # agent, the joint ratio of both actors)
     algorithm: Literal["happo", "mappo", "ppo"] = "happo"
     # joint = one ratio for the behavior's whole action (all agents x 2 dims, as HARL's product); per_dim = a
     # clipped ratio per agent and dimension, so one clip does not cap every dimension's step at once (temperature's
-    # strong signal no longer stops top-p's weak one: the learning suite, docs/learning-suite.md)
+    # strong signal no longer stops top-p's weak one: the learning suite, docs/LEARNING_SUITE.md)
     behavior_ratio: Literal["joint", "per_dim"] = "per_dim"
     # Upper bound on the behavior Gaussian's log-std, kept by projection after every behavior step (None = no
     # bound). Without it the entropy bonus can widen a dimension with a weak signal until most samples sit at
@@ -467,7 +445,6 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     parent = data.pop("extends", None)
-    data = rename_deprecated_keys(data, f"{path}: ")
     # Validate each file on its own so an error names the file that holds the bad key.
     _build(TrainConfig, data, "", f"{path}: ")
     if parent:
@@ -481,8 +458,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override '{text}' must look like key.sub=value")
     key, raw = text.split("=", 1)
     key = key.strip()
-    if key in RENAMED_KEYS:
-        key = next(iter(rename_keys({key: None}, RENAMED_KEYS, "command line: ", label="config key")))
     return key.split("."), yaml.safe_load(raw) if raw.strip() else None
 
 
@@ -543,10 +518,10 @@ def with_settings_before_the_key(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any], where: str = "") -> TrainConfig:
-    """A validated config from plain data (e.g. a run's saved config.yaml; old key names still load; keys a run
-    saved before they existed take the values that run used, `SETTINGS_BEFORE_THE_KEY`)."""
+    """A validated config from plain data (e.g. a run's saved config.yaml; keys a run saved before they existed take
+    the values that run used, `SETTINGS_BEFORE_THE_KEY`)."""
     data = with_settings_before_the_key(data)
-    cfg = _build(TrainConfig, rename_deprecated_keys(data, where), "", where)
+    cfg = _build(TrainConfig, data, "", where)
     cfg.validate()
     return cfg
 
@@ -604,6 +579,4 @@ def help_epilog() -> str:
             section = head
             lines.append(f"  {section}:")
         lines.append(f"    {key} = {default}" + (f"  -- {text}" if text else ""))
-    lines.append("  renamed keys (the old name still loads, with a deprecation message):")
-    lines += [f"    {old} -> {new}" for old, new in RENAMED_KEYS.items()]
     return "\n".join(lines)

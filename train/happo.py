@@ -51,21 +51,8 @@ from train.config import (
     config_names,
     help_epilog,
     load_config,
-    rename_deprecated_keys,
 )
-# The CLI over train.runner; the trainer and the evaluation helpers lived here, so their names stay importable.
-from train.evaluate import evaluate, mad_policy, summarize_episodes  # noqa: F401
-from train.runner import (  # noqa: F401
-    RUN_ARTIFACTS,
-    AllDebatesFailed,
-    RunDirError,
-    TrainResult,
-    Trainer,
-    TrainingError,
-    check_new_run_dir,
-    new_run_dir,
-    remove_paths,
-)
+from train.runner import Trainer, TrainingError  # the CLI over train.runner
 
 
 PROG = "python -m train.happo"
@@ -106,7 +93,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace) -> TrainConfig:
-    """The run's config: a resumed run's own config.yaml (old key names renamed) with the dotted overrides, or
+    """The run's config: a resumed run's own config.yaml with the dotted overrides, or
     `--config` with them."""
     if args.resume:
         saved = Path(args.resume) / "config.yaml"
@@ -120,7 +107,6 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
             raise ConfigError(f"{saved}: cannot be parsed (damaged?): {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{saved}: top level must be a mapping")
-        data = rename_deprecated_keys(data, f"{saved}: ")  # a run saved before a key was renamed
         data = apply_overrides(data, list(args.overrides))  # e.g. run.iterations=400 to extend a run
         return config_from_dict(data, f"{saved}: ")
     return load_config(args.config, list(args.overrides))

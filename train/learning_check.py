@@ -7,7 +7,7 @@ fixed policy, with accuracy, tokens and the training objective, over training se
         run.iterations=100 happo.algorithm=mappo
     python -m train.learning_check --ablations results/learning-suite-ablations --out results/learning-suite
 
-The learning suite (`--worlds`) is a set of worlds whose best policies differ (DESIGN §6b, `WORLDS`): the world
+The learning suite (`--worlds`) is a set of worlds whose best policies differ (docs/DESIGN.md §6b, `WORLDS`): the world
 fitted to real debates (reading nobody is best), the stylised world (a temperature bound is best), a world where
 debate pays (the best fixed policy reads most peers) and one where the best policy depends on the state (read
 only where agents disagree). A learner that works reaches each world's best fixed policy from its default settings, and

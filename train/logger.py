@@ -21,6 +21,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from dear.atomic import atomic_write_text
 from dear.integrity import IntegrityError
 from dear.progress import LiveProgress, ProgressSnapshot
 
@@ -100,7 +101,7 @@ class RunLogger:
             return
         rows = self._read_rows()
         keep = [r for r in rows if r["iteration"] <= iteration]
-        self.jsonl_path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        atomic_write_text(self.jsonl_path, "".join(json.dumps(r) + "\n" for r in keep))
         if keep:
             self._rewrite_csv(keep)
         elif self.csv_path.exists():

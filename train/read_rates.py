@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from dear.atomic import write_json
 from dear.cli import run as run_cli
 from dear.export import load_actors
 from dear.read_rates import ReadCounter, ReadRate, table
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rates = read_rates(cfg, load_run_policy(run_dir, cfg), a.episodes, a.seed)
     print(markdown(rates, run_dir, a.episodes, a.seed))
     if a.json:
-        Path(a.json).write_text(json.dumps([dict(dataclasses.asdict(x), rate=x.rate) for x in rates], indent=1) + "\n")
+        write_json(a.json, [dict(dataclasses.asdict(x), rate=x.rate) for x in rates], indent=1, trailing_newline=True)
     return 0
 
 

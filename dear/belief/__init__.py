@@ -1,6 +1,7 @@
 """Subjective-logic opinions and Dempster-Shafer fusion, batched in torch over (B debates, V agents).
 
-See DESIGN §3 and §5; `reference` holds a float64 numpy loop implementation used by the tests.
+See docs/DESIGN.md §3 and §5; the tests check them against a float64 numpy loop implementation
+(tests/dear/belief/reference.py).
 """
 
 from dear.belief.dempster_shafer import (

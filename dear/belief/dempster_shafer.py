@@ -1,4 +1,4 @@
-"""Dempster-Shafer fusion of an agent's opinion with its selected peers' opinions (DESIGN §5).
+"""Dempster-Shafer fusion of an agent's opinion with its selected peers' opinions (docs/DESIGN.md §5).
 
 An opinion (b_1..b_V, u) is a mass function over the V singletons {answer of agent k} plus the whole frame
 (mass u). Dempster's rule for two of them:
@@ -143,7 +143,7 @@ def fuse(op: Opinion, mask: torch.Tensor, rule: str = "dst") -> Fused:
     """Fuse each agent's opinion with the peers it reads (mask[bt, i, j] = True: agent i reads agent j).
 
     rule="dst": Dempster's rule folded over the selected peers; conflict = the accumulated K_i.
-    rule="mean" (the paper's "Mean" ablation, DESIGN §5): plain mean of the own and selected opinions' b and u,
+    rule="mean" (the paper's "Mean" ablation, docs/DESIGN.md §5): plain mean of the own and selected opinions' b and u,
     and conflict = 0 for every agent. The paper credits DST with exposing the conflict between opinions
     ("naive mean pooling flattens the fine structure of consensus and disagreement"; the Mean ablation loses
     "DST's distinguishing of conflict"), so the ablation carries no DST quantity at all: the entry keeps

@@ -1,4 +1,4 @@
-"""Subjective-logic opinions from pairwise evidence (DESIGN §3), batched over (B debates, V agents).
+"""Subjective-logic opinions from pairwise evidence (docs/DESIGN.md §3), batched over (B debates, V agents).
 
 Agent i's evidence about its peers is row i of e (self EXCLUDED: e_ii never counts):
 

@@ -6,8 +6,8 @@ Each function adds its flags to a titled argument group, so `--help` shows them 
 help text everywhere. A CLI whose default differs passes its own; `OMIT` leaves out a flag the CLI does not have,
 `REQUIRED` makes one mandatory; a `*_note` is appended to the shared help text. The help lists the accepted values
 where they are a closed set: backend specs (dear.llm.registry), tasks (dear.tasks), exchange layouts and
-speculative-decoding types, reply styles. Old flag names (`--agents`, `--rounds`) stay accepted, hidden
-(dear.deprecation.add_renamed_flags); so a mixed pool of agents is `--agent-profiles`, not `--agents`.
+speculative-decoding types, reply styles. A flag has one name: the old `--agents` and `--rounds` are gone
+(CHANGELOG.md); a mixed pool of agents is `--agent-profiles`.
 
 In dear.debate (floor 2), not in dear/cli.py (floor 0), because the help lists values of floors 1 and 2;
 dear/cli.py keeps the error path every CLI ends in."""
@@ -20,7 +20,6 @@ from pathlib import Path
 
 from dear.debate.profiles import EXAMPLE, FORM, AgentProfile, parse_profiles
 from dear.debate.prompts import LAYOUTS, STYLES
-from dear.deprecation import add_renamed_flags
 from dear.llm.local import SPECULATIVE_TYPES
 from dear.llm.registry import SPECS, check_spec
 from dear.tasks import task_names
@@ -134,8 +133,7 @@ def add_debate_args(parser: argparse.ArgumentParser, *, n_agents: int | None | F
                     n_rounds: int | None | Flag = 2, n_rounds_note: str = "", sampling: bool = False,
                     sampling_note: str = "", layout: str | None | Flag = OMIT, layout_note: str = "",
                     seed: int | Flag = 0, seed_note: str = "") -> Group:
-    """--n-agents, --n-rounds (with their old names --agents, --rounds), --temperature and --top-p (with
-    `sampling`), --layout and --seed."""
+    """--n-agents, --n-rounds, --temperature and --top-p (with `sampling`), --layout and --seed."""
     group = parser.add_argument_group("debate")
     _add(group, "--n-agents", n_agents, _help("debating agents V", n_agents_note, n_agents), type=int)
     _add(group, "--n-rounds", n_rounds, _help("exchange rounds R after round 0", n_rounds_note, n_rounds), type=int)
@@ -147,8 +145,6 @@ def add_debate_args(parser: argparse.ArgumentParser, *, n_agents: int | None | F
                                           "conversation, KV-cache reuse) or single (one fresh message a round)",
                                           layout_note, layout), choices=LAYOUTS)
     _add(group, "--seed", seed, _help("seed of the debates' sampling and tie-breaks", seed_note, seed), type=int)
-    renamed = {"--agents": ("--n-agents", n_agents), "--rounds": ("--n-rounds", n_rounds)}
-    add_renamed_flags(parser, {old: new for old, (new, default) in renamed.items() if default is not OMIT})
     return group
 
 

@@ -1,4 +1,4 @@
-"""Encoders (text -> unit vectors) and pairwise evidence e_ij between debating agents (DESIGN §3)."""
+"""Encoders (text -> unit vectors) and pairwise evidence e_ij between debating agents (docs/DESIGN.md §3)."""
 
 from dear.evidence.encoders import (
     DEFAULT_ENCODER,

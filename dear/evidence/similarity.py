@@ -1,4 +1,4 @@
-"""Pairwise evidence between debating agents (DESIGN §3).
+"""Pairwise evidence between debating agents (docs/DESIGN.md §3).
 
 The paper's formula (the default):
 

@@ -10,6 +10,7 @@ import logging
 import os
 from pathlib import Path
 
+from dear.atomic import write_json
 from dear.llm.base import BackendError
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,7 @@ def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    marker_tmp = directory / f".{marker.name}.{os.getpid()}.tmp"
-    marker_tmp.write_text(json.dumps({"sha256": EMBEDDED_SHA256, "size": target.stat().st_size}))
-    os.replace(marker_tmp, marker)
+    write_json(marker, {"sha256": EMBEDDED_SHA256, "size": target.stat().st_size})
     return target
 
 

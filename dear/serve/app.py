@@ -235,8 +235,7 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             body["backend"] = {"model_id": debater.backend.model_id, "synthetic": debater.backend.synthetic,
                                "agent_profiles": names(debater.config.agent_profiles)}
             body["policy"] = {"path": str(debater.exported.path), "n_agents": debater.config.n_agents,
-                              "n_rounds": debater.config.n_rounds, "trained_on_synthetic": debater.exported.synthetic,
-                              "rounds": debater.config.n_rounds}  # "rounds": n_rounds' old name, kept for old clients
+                              "n_rounds": debater.config.n_rounds, "trained_on_synthetic": debater.exported.synthetic}
         reason = scheduler.unavailable or scheduler.stats.last_backend_error
         if reason:
             body.update(status="unavailable", reason=reason)

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dear.atomic import write_json
+
 SIM_MODEL_ID = "sim-v1"
 LOG_PREFIX = "[synthetic]"
 
@@ -93,7 +95,7 @@ class SimParams:
             raise ValueError(f"sim parameter files are labelled synthetic: put 'synthetic' in the name ({path})")
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"model_id": SIM_MODEL_ID, "synthetic": True, "params": self.to_dict(), **extra}
-        path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        write_json(path, doc, indent=2, trailing_newline=True)
 
     @classmethod
     def from_json(cls, path: str | Path) -> SimParams:

@@ -74,7 +74,7 @@ def test_certainty_weigher_is_one_minus_u_of_each_round_and_matches_observe():
         assert sorted(d.certainty) == [0, 1, 2]
         u = opinions(round_evidence(d.trace.rounds, encoder)).u
         assert np.allclose([d.certainty[r] for r in range(3)], (1 - u).numpy(), atol=1e-6)
-        assert all(0 < c < 0.5 for cs in d.certainty.values() for c in cs)  # u_i > 1/2 always (DESIGN §3)
+        assert all(0 < c < 0.5 for cs in d.certainty.values() for c in cs)  # u_i > 1/2 always (docs/DESIGN.md §3)
     live = DebateEngine(FakeBackend(by_seed), config).start(QUESTIONS)
     obs = observe(live, encoder)  # the regulator's observation keeps the certainties it computed
     for k, d in enumerate(live):

@@ -127,18 +127,20 @@ def test_manifest_without_checksum_or_unparsable_is_named(tmp_path):
         load_exported(out)
 
 
-def test_a_manifest_written_before_the_renames_still_loads(tmp_path):
-    """The committed sim-trained policy's manifest says policy_config.temp_range and training.rounds."""
+def test_the_committed_sim_trained_policy_loads_under_the_new_names(tmp_path):
+    """Its manifest was converted once (temp_range -> temperature_range, training.rounds -> n_rounds; the weights
+    and their sha256 unchanged); a manifest with an old key is refused, naming the key."""
     import shutil
 
     src = ROOT / "results" / "embedded-gsm8k-math500" / "policy"
-    m = json.loads((src / "manifest.json").read_text())
-    assert "temp_range" in m["policy_config"] and "rounds" in m["training"]  # really the old format
+    ex = load_exported(src)
+    assert ex.policy.config.temperature_range == (0.1, 1.2) and ex.n_rounds == 2
     art = shutil.copytree(src, tmp_path / "old")
-    with pytest.warns(FutureWarning, match="'temp_range' is deprecated; use 'temperature_range'"):
-        ex = load_exported(art)
-    assert ex.policy.config.temperature_range == tuple(m["policy_config"]["temp_range"])
-    assert ex.n_rounds == m["training"]["rounds"] == 2
+    m = json.loads((art / "manifest.json").read_text())
+    m["policy_config"]["temp_range"] = m["policy_config"].pop("temperature_range")
+    (art / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ExportError, match=r"bad policy_config: PolicyConfig: unknown keys \['temp_range'\]"):
+        load_exported(art)
 
 
 def test_new_manifests_use_the_new_names(tmp_path):
@@ -147,23 +149,3 @@ def test_new_manifests_use_the_new_names(tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert "temperature_range" in m["policy_config"] and "temp_range" not in m["policy_config"]
     assert "log_std_init" in m["policy_config"] and load_exported(out).n_rounds == 3
-
-
-def test_export_reads_a_checkpoint_config_with_old_keys(tmp_path, tiny_run):
-    import yaml
-
-    tiny_run("policy.log_std_init=-1.5", "env.n_rounds=3")
-    path = next(p for p in (tmp_path / "run" / "checkpoints").iterdir() if (p / "config.yaml").exists())
-    data = yaml.safe_load((path / "config.yaml").read_text())
-    data["env"]["num_agents"] = data["env"].pop("n_agents")
-    data["env"]["rounds"] = data["env"].pop("n_rounds")
-    data["policy"]["init_log_std"] = data["policy"].pop("log_std_init")
-    (path / "config.yaml").write_text(yaml.safe_dump(data))
-    from dear.integrity import CHECKSUMS_FILE, write_checksums
-    from train.checkpoint import CHECKPOINT_FILES
-
-    write_checksums(path, CHECKPOINT_FILES, CHECKSUMS_FILE)  # a checkpoint saved before the renames
-    out = export_checkpoint(path, tmp_path / "exp")
-    ex = load_exported(out)
-    assert ex.n_agents == 3 and ex.n_rounds == 3
-    assert ex.policy.config.log_std_init == -1.5

@@ -1,4 +1,4 @@
-"""Inference API (DESIGN §10): an exported policy regulates debates without trainer, Ray or gym."""
+"""Inference API (docs/DESIGN.md §10): an exported policy regulates debates without trainer, Ray or gym."""
 
 import json
 import subprocess
@@ -23,7 +23,7 @@ def exported(tmp_path):
     with torch.no_grad():  # non-trivial deterministic masks
         torch.nn.init.normal_(policy.selection.net[-1].weight, std=2.0)
     return export_policy(policy, tmp_path / "policy", encoder="hashing",
-                         training={"rounds": 2, "synthetic": True, "llm": "sim"})
+                         training={"n_rounds": 2, "synthetic": True, "llm": "sim"})
 
 
 def test_debater_applies_the_policy_decisions_on_the_sim(exported):

@@ -135,7 +135,7 @@ def test_a_profile_policy_regulates_a_mixed_pool_on_the_smoke_model(tmp_path):
 
     torch.manual_seed(0)
     policy = JointPolicy(PolicyConfig(n_agents=3, profiles=("cot", "direct:24")))
-    exported = export_policy(policy, tmp_path / "p", encoder="hashing", training={"rounds": 1, "llm": "sim"})
+    exported = export_policy(policy, tmp_path / "p", encoder="hashing", training={"n_rounds": 1, "llm": "sim"})
     seen = []
     with RegulatedDebater(exported, "smoke", agent_profiles=parse_profiles("direct:24,cot,cot"), max_tokens=24,
                           seed=0) as debater:

@@ -67,7 +67,7 @@ def test_observe_isolated_agent_is_most_uncertain_and_state_features():
     assert obs.b.shape == (2, v, v) and obs.u.shape == (2, v)
     assert torch.allclose(obs.b.sum(-1) + obs.u, torch.ones(2, v), atol=1e-6)
     assert torch.all(torch.diagonal(obs.b, dim1=1, dim2=2) == 0)
-    assert int(obs.u[0].argmax()) == 2  # the isolated agent is the most uncertain (DESIGN §3 example)
+    assert int(obs.u[0].argmax()) == 2  # the isolated agent is the most uncertain (docs/DESIGN.md §3 example)
     assert torch.equal(obs.selection_obs, selection_observation(obs.b, obs.u))
     assert obs.state.shape == (2, state_dim(v))
     extra = obs.state[0, v * v + v :]

@@ -78,7 +78,7 @@ def test_dear_needs_checkpoint_and_runs_with_one(tmp_path):
     with pytest.raises(ValueError, match="needs --checkpoint"):
         IV.build_intervention_method("dear+judge+policy", base)
     art = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "art", encoder="hashing",
-                        training={"llm": "fake", "task": "gsm8k", "rounds": 2})
+                        training={"llm": "fake", "task": "gsm8k", "n_rounds": 2})
     ckpt = M.load_checkpoint(art)
     run = IV.build_intervention_method("dear+judge+policy", base, ckpt=ckpt, encoder=make_encoder("hashing"),
                                       judge_prompt="basic")

@@ -191,7 +191,7 @@ def test_benchmark_aliases_resolve_to_task_names():
     assert settings.benchmarks == ["gpqa_diamond", "math500"]
 
 
-def test_bad_inputs(tmp_path, ckpt, capsys):
+def test_bad_inputs(tmp_path, ckpt):
     out = tmp_path / "res"
     with pytest.raises(ValueError, match=r"unknown benchmark\(s\) \['nope'\]"):
         eval_run.main(["--benchmarks", "synthetic,nope", "--methods", "cot", "--llm", "sim", "--out", str(out)])
@@ -209,9 +209,6 @@ def test_bad_inputs(tmp_path, ckpt, capsys):
         eval_run.main(_args(out, ckpt, "--n-agents", "4", methods="dear"))
     with pytest.raises(ValueError, match=r"temperature range \[0.1, 1.2\] but --temperature-range=\[0.2, 1.0\]"):
         eval_run.main(_args(out, ckpt, "--temperature-range", "0.2,1.0", methods="dear"))
-    with pytest.raises(ValueError, match=r"--temperature-range=\[0.2, 1.0\]"):  # the old flag name still works
-        eval_run.main(_args(out, ckpt, "--temp-range", "0.2,1.0", methods="dear"))
-    assert "--temp-range is deprecated; use --temperature-range" in capsys.readouterr().err
     # weights for V=4 under a config that says V=3
     bad = make_train_checkpoint(tmp_path / "bad", n_agents=3, weights_agents=4)
     with pytest.raises(ValueError, match="weights do not fit a policy with n_agents=3"):
@@ -251,7 +248,7 @@ def test_exported_policy_checkpoint(tmp_path):
     from dear.export import MANIFEST_FILE, export_policy
 
     art = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "art", encoder="hashing",
-                        training={"llm": "sim", "task": "synthetic", "synthetic": True, "rounds": 2})
+                        training={"llm": "sim", "task": "synthetic", "synthetic": True, "n_rounds": 2})
     results = eval_run.main(_args(tmp_path / "res", art, methods="mad,dear", n=3))
     assert [r.summary.n for r in results] == [3, 3]
     assert "trained with sim on synthetic" in (tmp_path / "res" / "summary.md").read_text()

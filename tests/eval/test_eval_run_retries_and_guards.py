@@ -434,7 +434,7 @@ def test_a_profile_policy_says_so_in_its_labels(tmp_path):
     from dear.policy import JointPolicy, PolicyConfig
 
     policy = export_policy(JointPolicy(PolicyConfig(n_agents=3, profiles=("cot", "direct"))), tmp_path / "p",
-                           encoder="hashing", training={"rounds": 2, "llm": "sim"})
+                           encoder="hashing", training={"n_rounds": 2, "llm": "sim"})
     out = tmp_path / "res"
     eval_run.main(args(out, "--agent-profiles", "cot,cot,direct", methods="majority,dear,dear-random-mask", n=2,
                        ckpt=policy))

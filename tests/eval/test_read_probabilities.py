@@ -15,7 +15,7 @@ from eval import run as eval_run
 
 def _policy(tmp_path, name: str, bias: float):
     config = PolicyConfig(n_agents=3, profiles=("cot", "direct"), selection_bias_init=bias)
-    return export_policy(JointPolicy(config), tmp_path / name, encoder="hashing", training={"rounds": 2, "llm": "sim"})
+    return export_policy(JointPolicy(config), tmp_path / name, encoder="hashing", training={"n_rounds": 2, "llm": "sim"})
 
 
 def test_the_rates_come_back_from_the_log_and_only_for_the_policy_that_ran(tmp_path):

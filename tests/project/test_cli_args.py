@@ -57,8 +57,8 @@ def test_omit_leaves_a_flag_out_and_required_makes_it_mandatory(capsys):
     add_question_args(p, task=OMIT, split=OMIT)
     add_output_args(p, out_help="results", out=REQUIRED, path=True)
     flags = _flags(p)
-    assert {"--llm", "--n-rounds", "--rounds", "--layout", "--out"} <= set(flags)
-    assert not {"--max-tokens", "--parallel", "--n-ctx", "--n-agents", "--agents", "--task", "--split",
+    assert {"--llm", "--n-rounds", "--layout", "--out"} <= set(flags)
+    assert not {"--max-tokens", "--parallel", "--n-ctx", "--n-agents", "--task", "--split",
                 "--speculative", "--temperature", "--report-only", "-v"} & set(flags)
     with pytest.raises(SystemExit):
         p.parse_args(["--out", "o"])
@@ -76,15 +76,6 @@ def test_help_lists_the_backends_tasks_layouts_and_speculative_types():
     for value in (*SPECS, *task_names(), *LAYOUTS, *SPECULATIVE_TYPES):
         assert value in text, value
     assert "(default 512)" in text and "(default local)" in text  # defaults shown where there is one
-
-
-def test_old_flag_names_follow_the_flags_present(capsys):
-    p = argparse.ArgumentParser()
-    add_debate_args(p, n_agents=OMIT)
-    assert p.parse_args(["--rounds", "4"]).n_rounds == 4
-    assert "warning: --rounds is deprecated; use --n-rounds" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        p.parse_args(["--agents", "4"])  # no --n-agents, so no old name for it
 
 
 def test_require_at_least_names_the_flag_and_the_value():

@@ -1,31 +1,15 @@
-"""One name per quantity: old names still work with one deprecation message, and every CLI
-answers a user error with one line and exit code 2 (dear/deprecation.py, dear/cli.py)."""
+"""One name per quantity (old names are gone, CHANGELOG.md lists them), and every CLI answers a user error with
+one line and exit code 2 (dear/cli.py)."""
 
 from __future__ import annotations
 
 import ast
-import json
-import warnings
 
 import pytest
-import torch
 
 from dear.cli import comma_list, command_line, exit_code
-from dear.deprecation import rename_keys
 
 from tests import ROOT
-
-
-# ---------------------------------------------------------------- config keys
-def test_rename_keys_moves_the_old_key_and_names_the_new_one():
-    with pytest.warns(FutureWarning, match=r"a.yaml: key 'env.rounds' is deprecated; use 'env.n_rounds'"):
-        out = rename_keys({"rounds": 2, "x": 1}, {"rounds": "n_rounds"}, "a.yaml: ", prefix="env.")
-    assert out == {"n_rounds": 2, "x": 1}
-    with pytest.raises(ValueError, match="'rounds' and 'n_rounds' are the same setting"):
-        rename_keys({"rounds": 2, "n_rounds": 2}, {"rounds": "n_rounds"})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the project's own files convert silently
-        assert rename_keys({"rounds": 2}, {"rounds": "n_rounds"}, warn=False) == {"n_rounds": 2}
 
 
 # ---------------------------------------------------------------- CLI flags
@@ -45,26 +29,14 @@ def _parsers():
 
 
 @pytest.mark.parametrize("module", sorted(_parsers()))
-def test_old_flags_store_into_the_new_names_with_one_warning(module, capsys):
+def test_old_flag_names_are_refused(module, capsys):
     parse, needed = _parsers()[module]
     new = parse([*needed, "--n-rounds", "1"])
     assert new.n_rounds == 1 and not hasattr(new, "rounds")
-    capsys.readouterr()
-    old = parse([*needed, "--rounds", "1"])
-    assert old.n_rounds == 1
-    assert capsys.readouterr().err.strip() == "warning: --rounds is deprecated; use --n-rounds"
-    if hasattr(new, "n_agents"):
-        assert parse([*needed, "--agents", "4"]).n_agents == 4
-        assert "--agents is deprecated; use --n-agents" in capsys.readouterr().err
-
-
-def test_old_flags_are_hidden_from_help(capsys):
-    parse, needed = _parsers()["eval.run"]
-    with pytest.raises(SystemExit):
-        parse(["--help"])
-    text = capsys.readouterr().out
-    assert "--n-agents" in text and "--n-rounds" in text and "--temperature-range" in text
-    assert "--agents" not in text and "--rounds " not in text and "--temp-range" not in text
+    for old in ("--rounds", "--agents", "--temp-range"):
+        with pytest.raises(SystemExit):
+            parse([*needed, old, "1"])
+        assert f"unrecognized arguments: {old}" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the one CLI error rule
@@ -127,58 +99,6 @@ def test_every_cli_module_ends_in_the_one_error_rule():
 
 
 # ---------------------------------------------------------------- keyword arguments
-def test_env_constructors_take_the_old_temperature_keyword_with_a_warning():
-    from envs.debate_env import DebateEnv
-    from envs.vector_env import DebateVectorEnv
-
-    with pytest.warns(FutureWarning, match="DebateEnv: keyword 'temp_range' is deprecated; use 'temperature_range'"):
-        env = DebateEnv(n_questions=4, temp_range=(0.2, 1.0))
-    assert env.config.temperature_range == (0.2, 1.0)
-    assert DebateEnv(n_questions=4).config.temperature_range == DebateEnv(
-        n_questions=4, temperature_range=None).config.temperature_range
-    with pytest.raises(ValueError, match="'temp_range' and 'temperature_range' are the same setting"):
-        DebateEnv(n_questions=4, temp_range=(0.2, 1.0), temperature_range=(0.2, 1.0))
-    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['temprange'\]"):
-        DebateEnv(n_questions=4, temprange=(0.2, 1.0))
-    with pytest.warns(FutureWarning, match="DebateVectorEnv: keyword 'temp_range'"):
-        venv = DebateVectorEnv(num_envs=2, n_questions=4, temp_range=(0.3, 1.1))
-    assert venv.config.temperature_range == (0.3, 1.1)
-
-
-def test_regulated_debater_takes_the_old_rounds_keyword(tmp_path):
-    from dear.export import export_policy
-    from dear.infer import RegulatedDebater
-    from dear.policy import JointPolicy, PolicyConfig
-    from dear.sim import SimBackend
-
-    torch.manual_seed(0)
-    exported = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "policy", encoder="hashing",
-                             training={"n_rounds": 2, "synthetic": True, "llm": "sim"})
-    assert RegulatedDebater(exported, SimBackend(), n_rounds=1).config.n_rounds == 1
-    with pytest.warns(FutureWarning, match="RegulatedDebater: keyword 'rounds' is deprecated; use 'n_rounds'"):
-        assert RegulatedDebater(exported, SimBackend(), rounds=3).config.n_rounds == 3
-
-
-def test_an_eval_results_directory_written_before_the_rename_still_resumes(tmp_path):
-    from dataclasses import asdict
-
-    from eval.run import EvalSettings, _check_settings
-
-    s = EvalSettings(benchmarks=["gsm8k"], methods=["mad"], n=4, llm="sim", seed=0, n_agents=3, n_rounds=2,
-                     max_tokens=64, temperature=0.7, top_p=0.9, sc_samples=9, checkpoint=None, encoder=None,
-                     out=str(tmp_path))
-    old = asdict(s)
-    old["agents"], old["rounds"] = old.pop("n_agents"), old.pop("n_rounds")
-    (tmp_path / "run.json").write_text(json.dumps({"settings": old}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert _check_settings(tmp_path, s)["settings"]["agents"] == 3
-    old["rounds"] = 1
-    (tmp_path / "run.json").write_text(json.dumps({"settings": old}))
-    with pytest.raises(ValueError, match="n_rounds: 1 there vs 2 now"):
-        _check_settings(tmp_path, s)
-
-
 def test_env_constructors_take_every_config_field_under_its_name():
     """Both env constructors build DebateEnvConfig from their own keywords: the names must be the config's."""
     import inspect

@@ -1,50 +1,16 @@
 """The simulated world's move: `dear.sim` (the library) and `simworld/` (the application) replace `dear.llm.sim` and
-`eval.{corpus,fit_corpus,fit_sim,evidence_match}`, whose old paths still work (with a FutureWarning for the
-`eval` ones); fitted worlds that training reads live in `worlds/`, byte-identical to the fit's outputs."""
+`eval.{corpus,fit_corpus,fit_sim,evidence_match}` (the `eval` paths are gone: CHANGELOG.md); fitted worlds that
+training reads live in `worlds/`, byte-identical to the fit's outputs."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
-import subprocess
-import sys
 import warnings
 
-import pytest
 import yaml
 
 from tests import ROOT
-
-ALIASES = {"eval.corpus": "simworld.corpus", "eval.fit_corpus": "simworld.fit",
-           "eval.evidence_match": "simworld.evidence_match", "eval.fit_sim": "simworld.map_fit"}
-
-
-@pytest.mark.parametrize("old, new", sorted(ALIASES.items()))
-def test_old_commands_warn_and_run_the_new_ones(old, new):
-    r = subprocess.run([sys.executable, "-m", old, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert "FutureWarning" in r.stderr and f"python -m {new}" in r.stderr
-    assert r.stdout.startswith(f"usage: python -m {new}")
-
-
-def test_old_module_paths_give_the_new_objects_with_a_warning():
-    from dear.debate import corpus_file
-    from simworld import evidence_match, map_fit, mle, validation
-    from simworld import fit as simfit
-
-    def old(name: str):
-        sys.modules.pop(name, None)
-        with pytest.warns(FutureWarning, match=f"{name} has moved to {ALIASES[name]}"):
-            return importlib.import_module(name)
-
-    assert old("eval.corpus").read_corpus is corpus_file.read_corpus
-    fit_corpus = old("eval.fit_corpus")
-    assert fit_corpus.run is simfit.run and fit_corpus.NullModel is validation.NullModel
-    assert old("eval.evidence_match").run is evidence_match.run
-    fit_sim = old("eval.fit_sim")
-    assert fit_sim.fit_mle is mle.fit_mle and fit_sim.fit is map_fit.fit and fit_sim.PENALISED is mle.PENALISED
-
 
 def test_the_llm_path_of_the_simulator_is_a_plain_re_export():
     import dear.sim
@@ -72,10 +38,9 @@ def test_the_fitted_world_is_an_input_copied_from_the_fits_outputs():
 
 
 def test_settings_saved_before_the_move_name_the_same_world():
-    """A learning check made with the old paths (the suite of 2026-12-04, archived) has today's resolved config —
-    but for the group size, the annealed learning rates, the joint behavior ratio and the standardised inputs, which
-    it ran with their earlier values — once its moved file paths are read as their new ones."""
-    from dear.deprecation import with_moved_files
+    """A learning check made before the move (the suite of 2026-12-04, archived; its file paths converted once to
+    `worlds/`) has today's resolved config — but for the group size, the annealed learning rates, the joint behavior
+    ratio and the standardised inputs, which it ran with their earlier values."""
     from train.config import load_config, with_settings_before_the_key
 
     saved = json.loads((ROOT / "results/archive/learning-suite-group1/fitted/settings.json").read_text())
@@ -83,5 +48,5 @@ def test_settings_saved_before_the_move_name_the_same_world():
                                                     "happo.anneal_lr=false", "happo.behavior_ratio=joint",
                                                     "happo.obs_norm=true", "logging.progress=false"]).to_dict(),
                                 default=str))
-    assert saved["resolved_config"] != now  # the stored paths are the old ones
-    assert with_settings_before_the_key(with_moved_files(saved["resolved_config"])) == now
+    assert saved["resolved_config"] != now  # the keys it predates are missing
+    assert with_settings_before_the_key(saved["resolved_config"]) == now

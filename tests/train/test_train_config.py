@@ -109,7 +109,6 @@ def test_help_lists_every_config_key_with_default_and_help(capsys):
         assert f"{key} = {default}" in out
         assert text, f"{key} has no help comment in train/config.py"
     assert "happo.ent_coef_behavior = 0.01  -- entropy bonus" in out
-    assert "env.num_agents -> env.n_agents" in out and "policy.init_log_std -> policy.log_std_init" in out
 
 
 def test_sampling_ranges_use_the_engines_bounds():
@@ -124,47 +123,23 @@ def test_sampling_ranges_use_the_engines_bounds():
     load_config("sim-stylised", ["env.temperature_range=[0.0,2.0]", "env.top_p_range=[0.05,1.0]"])
 
 
-# ---------------------------------------------------------------- renamed keys
-OLD_KEYS = [("env.num_agents", "env.n_agents", 4), ("env.rounds", "env.n_rounds", 3),
-            ("policy.init_log_std", "policy.log_std_init", -1.0)]
+# ---------------------------------------------------------------- old key names (gone: CHANGELOG.md)
+OLD_KEYS = ["env.num_agents", "env.rounds", "policy.init_log_std"]
 
 
-@pytest.mark.parametrize("old,new,value", OLD_KEYS)
-def test_old_key_in_a_yaml_file_loads_with_a_message_naming_the_new_key(tmp_path, old, new, value):
+@pytest.mark.parametrize("old", OLD_KEYS)
+def test_an_old_key_name_is_an_unknown_key(tmp_path, old):
     section, name = old.split(".")
     path = tmp_path / "old.yaml"
-    path.write_text(f"extends: {CONFIG_DIR / 'sim.yaml'}\n{section}:\n  {name}: {value}\n")
-    with pytest.warns(FutureWarning, match=f"{path}: config key '{old}' is deprecated; use '{new}'"):
-        cfg = load_config(str(path))
-    new_section, new_name = new.split(".")
-    assert getattr(getattr(cfg, new_section), new_name) == value
-
-
-@pytest.mark.parametrize("old,new,value", OLD_KEYS)
-def test_old_key_as_a_dotted_override_loads_with_a_message(old, new, value):
-    with pytest.warns(FutureWarning, match=f"command line: config key '{old}' is deprecated; use '{new}'"):
-        cfg = load_config("sim-stylised", [f"{old}={value}"])
-    new_section, new_name = new.split(".")
-    assert getattr(getattr(cfg, new_section), new_name) == value
-
-
-def test_old_and_new_name_of_one_key_together_is_an_error(tmp_path):
-    path = tmp_path / "both.yaml"
-    path.write_text("env:\n  num_agents: 3\n  n_agents: 4\n")
-    with pytest.raises(ConfigError, match="'env.num_agents' and 'env.n_agents' are the same setting"):
+    path.write_text(f"extends: {CONFIG_DIR / 'sim.yaml'}\n{section}:\n  {name}: 3\n")
+    with pytest.raises(ConfigError, match=f"{path}: unknown key '{old}'"):
         load_config(str(path))
-
-
-def test_a_saved_config_with_old_keys_still_loads(tmp_path):
+    with pytest.raises(ConfigError, match=f"unknown key '{old}'"):
+        load_config("sim-stylised", [f"{old}=3"])
     data = load_config("sim-stylised").to_dict()
-    data["env"]["num_agents"] = data["env"].pop("n_agents")
-    data["policy"]["init_log_std"] = data["policy"].pop("log_std_init")
-    with pytest.warns(FutureWarning) as caught:
-        cfg = config_from_dict(data, "saved: ")
-    assert {str(w.message) for w in caught} == {
-        "saved: config key 'env.num_agents' is deprecated; use 'env.n_agents'",
-        "saved: config key 'policy.init_log_std' is deprecated; use 'policy.log_std_init'"}
-    assert cfg == load_config("sim-stylised")
+    data[section][name] = 3
+    with pytest.raises(ConfigError, match=f"saved: unknown key '{old}'"):
+        config_from_dict(data, "saved: ")
 
 
 BAD_RANGES = [  # (key, value): every documented bound of the behavior policy's sampling ranges, just outside

@@ -29,18 +29,6 @@ def _weights(run_dir):
     return load_file(str(latest_checkpoint(run_dir) / "model.safetensors"))
 
 
-def test_moved_names_stay_importable_from_train_happo():
-    import train.evaluate
-    import train.happo
-    import train.runner
-
-    for name in ("Trainer", "TrainingError", "AllDebatesFailed", "RunDirError", "TrainResult", "RUN_ARTIFACTS",
-                 "check_new_run_dir", "new_run_dir", "remove_paths"):
-        assert getattr(train.happo, name) is getattr(train.runner, name), name
-    for name in ("evaluate", "mad_policy", "summarize_episodes"):
-        assert getattr(train.happo, name) is getattr(train.evaluate, name), name
-
-
 def test_resume_matches_uninterrupted_bit_for_bit(tmp_path):
     full = Trainer(_cfg(tmp_path / "a", "run.iterations=3"), run_dir=tmp_path / "a")
     full.train()

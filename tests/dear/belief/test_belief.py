@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dear.belief import Combined, Fused, Opinion, combine, fuse, opinions
-from dear.belief.reference import RefOpinion, ref_combine, ref_fuse, ref_opinions
+from tests.dear.belief.reference import RefOpinion, ref_combine, ref_fuse, ref_opinions
 
 PAPER_E = torch.tensor([[[1.0, 0.92, 0.21], [0.92, 1.0, 0.18], [0.21, 0.18, 1.0]]], dtype=torch.float64)
 

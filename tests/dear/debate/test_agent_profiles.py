@@ -365,7 +365,7 @@ def test_regulated_debater_runs_a_mixed_pool_and_checks_its_size(tmp_path):
 
     torch.manual_seed(0)
     exported = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "policy", encoder="hashing",
-                             training={"rounds": 2, "synthetic": True, "llm": "sim"})
+                             training={"n_rounds": 2, "synthetic": True, "llm": "sim"})
     with RegulatedDebater(exported, "sim", agent_profiles=parse_profiles("cot,direct:24,cot")) as debater:
         (res,) = debater.run(load_synthetic(n=1, seed=0, split="test"))
         assert [t.profile for t in res.trace.rounds[-1]] == ["sim:cot", "sim:direct:24", "sim:cot"]

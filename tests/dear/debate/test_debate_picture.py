@@ -171,7 +171,7 @@ def test_infer_html_draws_the_debates_it_ran(tmp_path, capsys):
 
     torch.manual_seed(0)
     policy = export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "policy", encoder="hashing",
-                           training={"rounds": 2, "synthetic": True, "llm": "sim"})
+                           training={"n_rounds": 2, "synthetic": True, "llm": "sim"})
     out, page = tmp_path / "t.jsonl", tmp_path / "t.html"
     argv = ["--policy", str(policy), "--llm", "sim", "--question", "What is 2 + 3?", "--kind", "integer",
             "--out", str(out), "--html", str(page)]

@@ -268,7 +268,7 @@ def exported(tmp_path):
 
     torch.manual_seed(0)
     return export_policy(JointPolicy(PolicyConfig(n_agents=3)), tmp_path / "policy", encoder="hashing",
-                         training={"rounds": 1, "synthetic": True, "llm": "sim"})
+                         training={"n_rounds": 1, "synthetic": True, "llm": "sim"})
 
 
 def test_dear_infer_runs_a_cot_pot_cot_pool_and_refuses_it_on_the_sim(exported, tmp_path):

@@ -59,7 +59,7 @@ def export_random_policy(out: Path, n_agents: int) -> Path:
 
     torch.manual_seed(0)
     return export_policy(JointPolicy(PolicyConfig(n_agents=n_agents)), out, encoder="hashing",
-                         training={"rounds": 2, "synthetic": True, "llm": "sim"})
+                         training={"n_rounds": 2, "synthetic": True, "llm": "sim"})
 
 
 @pytest.fixture(scope="module")
