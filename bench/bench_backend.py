@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args
 from dear.llm.base import Backend, ChatMessage, ChatRequest
-from dear.llm.registry import make_backend
+from dear.llm.registry import make_backend, options_for
 
 PROG = "python bench/bench_backend.py"
 
@@ -91,9 +91,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON line per measurement")
     args = p.parse_args(argv)
 
-    kwargs = {}
-    if args.llm.split(":")[0] in ("local", "smoke"):
-        kwargs = {"n_parallel": args.batch, "n_ctx": args.n_ctx, "n_threads": args.threads}
+    kwargs = options_for(args.llm, {"n_parallel": args.batch, "n_ctx": args.n_ctx, "n_threads": args.threads})
     t0 = time.perf_counter()
     backend = make_backend(args.llm, **kwargs)
     load_s = time.perf_counter() - t0

@@ -24,7 +24,7 @@ from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, summarize
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
-from dear.llm.registry import make_backend
+from dear.llm.registry import make_backend, options_for
 
 
 class Recorder(Backend):
@@ -63,7 +63,7 @@ def main(argv=None) -> dict:
     questions = tasks.load(args.task, n=args.n, seed=args.seed)
     n_req = len(questions) * args.n_agents
     t0 = time.perf_counter()
-    kwargs = {"n_parallel": min(16, n_req)} if args.llm.split(":")[0] in ("local", "smoke") else {}
+    kwargs = options_for(args.llm, {"n_parallel": min(16, n_req)})
     backend = make_backend(args.llm, **kwargs)
     load_s = time.perf_counter() - t0
     # Warm-up so neither measurement pays for first-call allocation.

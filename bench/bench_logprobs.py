@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from bench_backend import gsm8k_requests, measure  # noqa: E402  (this folder is on sys.path when run as a script)
 from dear.cli import run as run_cli  # noqa: E402
 from dear.debate.cli_args import OMIT, add_backend_args  # noqa: E402
-from dear.llm.registry import make_backend  # noqa: E402
+from dear.llm.registry import make_backend, options_for  # noqa: E402
 
 PROG = "python bench/bench_logprobs.py"
 
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--top-logprobs", type=int, default=5, help="alternatives per token (default %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="with/without pairs (default %(default)s)")
     args = p.parse_args(argv)
-    kwargs = {"n_parallel": args.batch, "n_ctx": args.n_ctx} if args.llm.split(":")[0] in ("local", "smoke") else {}
+    kwargs = options_for(args.llm, {"n_parallel": args.batch, "n_ctx": args.n_ctx})
     backend = make_backend(args.llm, **kwargs)
     plain = gsm8k_requests(args.batch, args.max_tokens)
     asked = [replace(r, logprobs=args.top_logprobs) for r in plain]

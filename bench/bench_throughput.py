@@ -44,7 +44,7 @@ from dear.atomic import write_json  # noqa: E402
 from dear.cli import run as run_cli  # noqa: E402
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args  # noqa: E402
 from dear.llm.base import Backend, ChatMessage, ChatRequest  # noqa: E402
-from dear.llm.registry import make_backend  # noqa: E402
+from dear.llm.registry import make_backend, options_for  # noqa: E402
 
 PROG = "python bench/bench_throughput.py"
 
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     in_flight = a.in_flight or max(1, a.parallel // a.n_agents)
     questions = tasks.load("gsm8k", split="train", n=a.questions, seed=a.data_seed)
-    kwargs = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
+    kwargs = options_for(a.llm, {"n_parallel": a.parallel, "n_ctx": a.n_ctx})
     base = DebateConfig(n_agents=a.n_agents, n_rounds=a.n_rounds, max_tokens=a.max_tokens, seed=a.seed)
     after = replace(base, layout="multiturn")
     after_chats: list = []

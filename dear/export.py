@@ -43,6 +43,7 @@ from dear.integrity import (
     sha256_file,
     verify_checkpoint_checksums,
 )
+from dear.llm.registry import is_synthetic
 from dear.policy import (
     KINDS,
     RAW_BOUND,
@@ -339,7 +340,7 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
                 f"{ckpt / 'model.safetensors'}: {{part}} weights do not fit a policy with n_agents={pcfg.n_agents} "
                 f"(is the V of {ckpt / 'config.yaml'} right?)")
     spec = llm.get("spec") or llm.get("preset", "")
-    synthetic = str(spec).split(":", 1)[0] == "sim"
+    synthetic = is_synthetic(spec)  # a spec or a preset name (sim)
     encoder = env.get("encoder") or ("hashing" if synthetic else "minilm")
     state = {}
     if (ckpt / "state.json").exists():

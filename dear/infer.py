@@ -46,6 +46,7 @@ from dear.llm.base import GENERATED_TOKENS
 from dear.llm.cache import CachedBackend
 from dear.progress import LiveProgress
 from dear.regulator import CertaintyWeigher, RegulatedProtocol, RegulatorRecord, decisions_json
+from dear.llm.registry import is_synthetic, uses_llama_cpp
 from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
 from dear.tasks import AnswerKind, Question
 
@@ -166,14 +167,14 @@ def refuse_pot_on_sim(profiles: Sequence[AgentProfile] | None, llm: str | Backen
         if p.backend == key and not isinstance(llm, str):
             synthetic, name = llm.synthetic, llm.model_id
         else:
-            synthetic, name = (p.backend or "").split(":")[0] == "sim", p.backend
+            synthetic, name = is_synthetic(p.backend or ""), p.backend
         if synthetic:
             raise ValueError(pot_on_synthetic_error(i, p.name, name))
 
 
 def _profile_backend(spec: str, cache: str | Path | None, options: Mapping[str, object]) -> Backend:
     """A backend an agent profile names; the llama.cpp options (n_parallel, n_ctx) only for llama.cpp kinds."""
-    backend = make_backend(spec, **(dict(options) if spec.split(":")[0] in ("local", "smoke") else {}))
+    backend = make_backend(spec, **(dict(options) if uses_llama_cpp(spec) else {}))
     return CachedBackend(backend, cache) if cache else backend
 
 
@@ -280,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExportError as e:
         raise ExportError(f"--policy: {e}") from e
     options = {}
-    if a.llm.split(":")[0] in ("local", "smoke"):
+    if uses_llama_cpp(a.llm):
         options["n_parallel"] = a.parallel or max(1, min(16, len(questions) * exported.n_agents))
         if a.n_ctx:
             options["n_ctx"] = a.n_ctx

@@ -36,6 +36,7 @@ from dear.confidence import SUMMARIES, record_of
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
 from dear.debate.sampling_rules import CONFIDENT_STOP, DEFAULT_PARAMS, RuleParams, Samples
 
+from dear.llm.registry import is_synthetic
 log = logging.getLogger(__name__)
 PROG = "python -m eval.bank_replay"
 DEFAULT_BANK = Path("banks/qwen2.5-coder-1.5b-instruct-q4_k_m")
@@ -205,7 +206,7 @@ class Report:
 
     @property
     def synthetic(self) -> bool:
-        return any(x.llm.startswith("sim") for x in (self.test, self.fit) if x is not None)
+        return any(is_synthetic(x.llm) for x in (self.test, self.fit) if x is not None)
 
 
 def _pts(x: float, signed: bool = False) -> str:

@@ -44,6 +44,7 @@ from dear.debate.interventions import (
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.llm import cache
 from dear.llm.base import ChatMessage, ChatRequest, Completion
+from dear.llm.registry import is_synthetic
 from eval.methods import (  # noqa: F401  (the spec functions live in eval.methods; this module reports)
     EXAMPLES,
     INTERVENTIONS,
@@ -186,7 +187,7 @@ def report(out: str | Path, benchmark: str, methods: Sequence[str], command: str
               for m, ts in loaded.items()}
     rows = [method_row(benchmark, m, ts) for m, ts in loaded.items()]
     paired_to_base(rows, loaded)
-    synthetic = any(mid.startswith("sim") for ts in loaded.values() for t in ts for mid in t.model_ids)
+    synthetic = any(is_synthetic(mid) for ts in loaded.values() for t in ts for mid in t.model_ids)
     text = markdown(rows, command, synthetic)
     record = read_regrade_record(out)
     if record is not None and record.get("before_interventions"):  # eval.regrade re-graded these traces

@@ -49,6 +49,7 @@ from dear.debate.interventions import (
 )
 from dear.debate.trace import AgentTurn, DebateTrace, read_jsonl
 from dear.llm.base import Backend, ChatRequest
+from dear.llm.registry import is_synthetic
 from dear.tasks.types import Question
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> l
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     verdicts_path = out / VERDICTS_FILE
-    synthetic = a.llm.startswith("sim")
+    synthetic = is_synthetic(a.llm)
     if not a.report_only:
         sources = [s.strip() for s in a.traces.split(",") if s.strip()]
         pairs = [p for s in sources for p in round_pairs(str(Path(s)), load_traces(s))]

@@ -35,7 +35,7 @@ from dear.debate.prompts import LAYOUTS
 from dear.debate.protocols import FixedMaskProtocol, MADProtocol, Protocol
 from dear.debate.trace import DebateTrace
 from dear.llm.base import GENERATED_TOKENS, Backend
-from dear.llm.registry import make_backend
+from dear.llm.registry import is_synthetic, make_backend, options_for
 from dear.metrics import bootstrap_ci, paired_bootstrap_diff, round_scores, transitions
 from dear.progress import LiveProgress
 from dear.settings_guard import DebateRunSettings, open_run_dir
@@ -257,7 +257,7 @@ def write_report(run: LayoutRunDir, s: LayoutSettings, n_boot: int = 2000) -> st
             f"{row.computed_prompt.mean():.0f} | {row.reused_prompt.mean():.0f} | {wall:.1f} | "
             f"{row.truncated_turns}/{row.turns} | {row.no_answer_turns}/{row.turns} |"
         )
-        csv_rows.append({"arm": a.name, "llm": s.llm, "synthetic": s.llm == "sim", "n": n,
+        csv_rows.append({"arm": a.name, "llm": s.llm, "synthetic": is_synthetic(s.llm), "n": n,
                          "accuracy": acc.mean, "acc_lo": acc.low, "acc_hi": acc.high,
                          "c_to_i": int(t[1]), "i_to_c": int(t[2]),
                          "completion_tokens_per_q": row.completion.mean(),
@@ -339,8 +339,7 @@ def settings_from_args(a: argparse.Namespace) -> LayoutSettings:
 
 
 def build_backend(s: LayoutSettings) -> Backend:
-    kwargs = {"n_parallel": s.parallel, "n_ctx": s.n_ctx} if s.llm.split(":")[0] in ("local", "smoke") else {}
-    return make_backend(s.llm, **kwargs)
+    return make_backend(s.llm, **options_for(s.llm, {"n_parallel": s.parallel, "n_ctx": s.n_ctx}))
 
 
 def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> int:

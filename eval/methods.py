@@ -38,6 +38,7 @@ from dear.llm.base import Backend
 from dear.tasks.types import Question
 from dear.policy import JointPolicy, PolicyConfig
 from eval.action_frequencies import ActionFrequencies
+from dear.llm.registry import is_synthetic
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ def training_world(training: dict[str, Any]) -> str:
     if training.get("world"):
         return str(training["world"])
     llm = str(training.get("llm") or "unknown")
-    if llm.split(":", 1)[0] == "sim":
+    if is_synthetic(llm):  # an old sim spec named its parameter file after a colon (sim:PATH)
         return "sim-fitted" if isinstance(training.get("sim_params"), str) or ":" in llm else "sim-trained"
     return f"{llm}-trained"
 

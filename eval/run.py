@@ -53,6 +53,7 @@ from dear.debate.interventions import InterventionProtocol
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.export import choose_encoder
 from dear.integrity import read_json
+from dear.llm import registry
 from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.progress import LiveProgress
 from dear.regulator import CertaintyWeigher
@@ -327,7 +328,7 @@ class Evaluator:
         from dear.llm.registry import make_backend
 
         options = options_for(spec, self.s.llm, self.s.backend_options)
-        if self.s.llama_threads and spec.split(":")[0] in LLAMA_KINDS:
+        if self.s.llama_threads and registry.uses_llama_cpp(spec):
             options["n_threads"] = self.s.llama_threads
         inner = make_backend(spec, **options)
         cache = self.s.cache if self.s.cache is not None else str(Path(self.s.out) / "cache.sqlite")
@@ -618,7 +619,7 @@ class Evaluator:
         out = Path(self.s.out)
         run_json = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         synthetic = bool(self.synthetic if self.synthetic is not None else run_json.get("synthetic", False))
-        synthetic = synthetic or any(m.startswith("sim") for m in model_ids)
+        synthetic = synthetic or any(registry.is_synthetic(m) for m in model_ids)
         report.write_csv(results, out / "summary.csv", failures=failures)
         timings = self._timings()
         generation = {b: sum(v for k, v in timings.items() if k.split("/", 1)[0] == b) for b in self.s.benchmarks}
@@ -735,7 +736,7 @@ def check_round0(benchmark: str, method: str, traces: Sequence[DebateTrace], rou
 def _check_sim_answers(benchmarks: list[str], specs: list[str]) -> None:
     """The synthetic debaters answer only the synthetic task: refuse another benchmark before any round 0 fails."""
     real = [b for b in benchmarks if b != "synthetic"]
-    if real and any(spec.split(":")[0] == "sim" for spec in specs):
+    if real and any(registry.is_synthetic(spec) for spec in specs):
         raise ValueError(f"--llm sim answers only --benchmarks synthetic, not {', '.join(real)}; use a model "
                          f"(e.g. --llm local) for real benchmarks")
 
@@ -801,7 +802,6 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
 
 
 SIM_OPTIONS = ("params_file", "text_bank")  # --sim-params, --sim-text-bank: the sim backend's world
-LLAMA_KINDS = ("local", "smoke")  # backend kinds that decode with llama.cpp threads
 
 
 def llama_threads_for(specs: Sequence[str], stored: int | None) -> tuple[int | None, str | None]:
@@ -809,7 +809,7 @@ def llama_threads_for(specs: Sequence[str], stored: int | None) -> tuple[int | N
     local/smoke backend; else the count the directory's run.json recorded (`stored`), unless DEAR_LLAMA_THREADS
     asks for another (said in the line: a seed's texts depend on the count), else `choose_threads()`'s fixed
     default (DEAR_LLAMA_THREADS, else every usable core; never the machine's load)."""
-    if not any(spec.split(":")[0] in LLAMA_KINDS for spec in specs):
+    if not any(registry.uses_llama_cpp(spec) for spec in specs):
         return None, None
     env = (os.environ.get("DEAR_LLAMA_THREADS") or "").strip()
     if stored and (not env or env == str(stored)):
@@ -836,12 +836,11 @@ def _stored_setting(out: str, key: str) -> Any:
 
 def options_for(spec: str, llm: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The backend options one backend of the run takes: the world's files only the sim backend; --parallel,
-    --n-ctx, --speculative (llama.cpp settings) the run's --llm backend and any local/smoke one."""
-    kind = spec.split(":")[0]
-    if kind == "sim":
-        return {k: v for k, v in options.items() if k in SIM_OPTIONS}
-    llama = {k: v for k, v in options.items() if k not in SIM_OPTIONS}
-    return llama if spec == llm or kind in ("local", "smoke") else {}
+    --n-ctx, --speculative (llama.cpp settings) the run's --llm backend (one it cannot take fails there, not
+    silently) and any other backend that takes them (dear.llm.registry.options_for: a llama.cpp one)."""
+    if spec == llm and not registry.is_synthetic(spec):
+        return {k: v for k, v in options.items() if k not in SIM_OPTIONS}
+    return registry.options_for(spec, options)
 
 
 def _sim_world(a: argparse.Namespace, specs: Sequence[str]) -> dict[str, str]:
@@ -851,7 +850,7 @@ def _sim_world(a: argparse.Namespace, specs: Sequence[str]) -> dict[str, str]:
     for key, (value, flag) in given.items():
         if value is None:
             continue
-        if not any(s.split(":")[0] == "sim" for s in specs):
+        if not any(registry.is_synthetic(s) for s in specs):
             raise ValueError(f"{flag} sets the sim backend's world, but no agent runs on --llm sim")
         if not Path(value).is_file():
             raise ValueError(f"{flag}: no such file {value}")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import gzip
-import hashlib
 import json
 import logging
 import math
@@ -62,7 +61,7 @@ from dear.debate.engine import Debate, DebateConfig, DebateEngine, RoundControl,
 from dear.debate.profiles import AgentProfile, as_profiles, backend_specs, on_backend
 from dear.debate.protocols import MADProtocol
 from dear.llm.base import GENERATED_TOKENS, Backend
-from dear.llm.registry import make_backend
+from dear.llm.registry import is_synthetic, make_backend, model_file, options_for
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE  # the ranges training uses
 from dear.progress import LiveProgress
 from dear.seeds import derive_seed
@@ -289,16 +288,11 @@ def _licence(task: str) -> str:
 
 def model_file_info(llm: str) -> dict[str, str]:
     """Which model file a backend spec loads and its sha256 (the embedded model's is checked at assembly)."""
-    from dear.llm import model_files
-
-    kind, _, rest = llm.partition(":")
-    if kind == "local" and not rest:
-        return {"file": model_files.EMBEDDED_FILENAME, "sha256": model_files.EMBEDDED_SHA256}
-    if kind == "local" or kind == "smoke":
-        path = Path(rest) if rest else model_files.smoke_model_path()
-        return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    if kind == "sim":
+    if is_synthetic(llm):
         return {"file": "none (synthetic debaters, dear/sim/)", "sha256": "-"}
+    file = model_file(llm)
+    if file:
+        return {"file": file[0], "sha256": file[1]}
     return {"file": f"served by `{llm}`", "sha256": "unknown (remote)"}
 
 
@@ -308,7 +302,7 @@ def write_provenance(run: CorpusRunDir, s: CorpusSettings, command: str) -> str:
     questions = {k: len({r["trace"]["question_id"] for r in recs if r["kind"] == k}) for k in KINDS}
     model = model_file_info(s.llm)
     dates = sorted({r.get("written_at", "") for r in recs} - {""})
-    synthetic = s.llm.split(":")[0] == "sim"
+    synthetic = is_synthetic(s.llm)
     lines = [
         "# Debate corpus" + (" (SYNTHETIC: sim backend, not a real model)" if synthetic else ""),
         "",
@@ -390,7 +384,7 @@ def _make_backends(s: CorpusSettings, a: argparse.Namespace) -> Backend | dict[s
     specs = backend_specs(s.profiles()) if s.agent_profiles else [s.llm]
     built = {}
     for spec in specs:
-        kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if spec.split(":")[0] in ("local", "smoke") else {}
+        kw = options_for(spec, {"n_parallel": a.parallel, "n_ctx": a.n_ctx})
         if a.speculative:
             kw["speculative"] = a.speculative
         built[spec] = make_backend(spec, **kw)

@@ -45,6 +45,7 @@ from dear.cli import run as run_cli
 from dear.debate.engine import DebateEngine
 from dear.debate.protocols import MADProtocol
 from dear.evidence import Encoder, make_encoder, pairwise_evidence
+from dear.llm.registry import is_synthetic
 from dear.sim.backend import ANSWER_ONLY_STYLES, SimBackend
 from dear.sim.params import SimParams
 from dear.tasks.synthetic import load_synthetic
@@ -318,7 +319,7 @@ def run(corpus_dir: str | Path | Corpus, out: str | Path, encoder_spec: str, par
             f"sim, recombined bank texts (keep {fit.keep:.2f}, mix {fit.mix:.2f})":
                 simulate_traces(fitted, corpus.settings, n_sim, seed, bank_path)}
     res = compare(real, {name: pair_evidence(trs, encoder) for name, trs in sims.items()})
-    synthetic = str(corpus.settings.get("llm", "")).split(":")[0] in ("sim", "sim-v1")
+    synthetic = is_synthetic(corpus.settings.get("llm", ""))  # a spec, or a model id (--traces)
     sizes = (f"Real pairs from {len(test) + len(corpus.mad)} debates on {len({t['question_id'] for t in test})} held-out "
              f"+ {len({t['question_id'] for t in corpus.mad})} MAD questions; bank: {bank['n_texts']} texts of "
              f"{len(bank['questions'])} training questions; sim: {n_sim} MAD debates, seed {seed}. "

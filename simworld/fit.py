@@ -46,6 +46,7 @@ from dear.atomic import write_json
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.debate.corpus_file import read_corpus
+from dear.llm.registry import is_synthetic
 from dear.sim.backend import ANSWER_ONLY_STYLES
 from dear.sim.likelihood import FitData
 from dear.sim.params import SimParams
@@ -272,7 +273,7 @@ def ridge_section(r: dict[str, Any]) -> list[str]:
 
 
 def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) -> str:
-    synthetic = str(r["settings"].get("llm", "")).split(":")[0] == "sim"
+    synthetic = is_synthetic(r["settings"].get("llm", ""))
     tag = " (SYNTHETIC corpus: sim backend)" if synthetic else ""
     lines = [f"# Simulator fitted to the debate corpus by maximum likelihood{tag}", "",
              f"Command: `{r['command']}`  ", f"Corpus: `{r['corpus']}`, settings {json.dumps(r['settings'])}.  ",

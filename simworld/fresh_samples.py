@@ -33,7 +33,7 @@ from dear.debate.cli_args import add_backend_args, add_output_args
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, default_debate_seed
 from dear.debate.protocols import MajorityProtocol
 from dear.llm.base import GENERATED_TOKENS, Backend
-from dear.llm.registry import make_backend
+from dear.llm.registry import is_synthetic, make_backend, options_for
 from dear.progress import LiveProgress
 from dear.seeds import derive_seed
 from dear.settings_guard import open_run_dir
@@ -131,7 +131,7 @@ def write_provenance(out: Path, s: FreshSampleSettings, n_planned: int, command:
     recs = CorpusFile(out / SAMPLES_FILE).records
     dates = sorted({r.get("written_at", "") for r in recs} - {""})
     model = model_file_info(s.llm)
-    synthetic = s.llm.split(":")[0] == "sim"
+    synthetic = is_synthetic(s.llm)
     text = "\n".join([
         "# Fresh samples" + (" (SYNTHETIC: sim backend, not a real model)" if synthetic else ""),
         "",
@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None, backend: Backend | None = None) -> i
     out = open_run_dir(Path(a.out), s, "use the stored settings to continue, or another --out")
     own = backend is None
     if own:
-        kw = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
+        kw = options_for(a.llm, {"n_parallel": a.parallel, "n_ctx": a.n_ctx})
         backend = make_backend(a.llm, **kw)
     try:
         collect(out, s, questions, backend, a.max_in_flight)

@@ -250,13 +250,13 @@ def collect(n: int, llm: str, out: str, rounds: int, max_tokens: int, seed: int,
     temperatures in [t_min, t_max] in every exchange round; round 0 uses the engine default (T=0.7, top-p 0.9)."""
     from dear import tasks
     from dear.debate import DebateConfig, DebateEngine, RoundControl
-    from dear.llm.registry import make_backend
+    from dear.llm.registry import make_backend, options_for
 
     questions = tasks.load(task, split=split, n=n, seed=seed)
     rng = np.random.default_rng(seed)
     cfg = DebateConfig(n_agents=n_agents, n_rounds=rounds, max_tokens=max_tokens, seed=seed)
     t0 = time.perf_counter()
-    kwargs = {"n_parallel": parallel} if parallel and llm.split(":")[0] in ("local", "smoke") else {}
+    kwargs = options_for(llm, {"n_parallel": parallel}) if parallel else {}
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text("", encoding="utf-8")

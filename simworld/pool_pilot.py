@@ -31,7 +31,7 @@ from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.profiles import AgentProfile, backend_specs, on_backend, parse_profiles
 from dear.debate.trace import DebateTrace, read_jsonl
 from dear.llm.base import Backend
-from dear.llm.registry import make_backend
+from dear.llm.registry import make_backend, options_for
 from dear.metrics import Ratio, paired_bootstrap_diff, wilson_ci
 from dear.settings_guard import open_run_dir
 from simworld.fit import load_corpus
@@ -172,8 +172,7 @@ def main(argv: Sequence[str] | None = None, backends: dict[str, Backend] | None 
     out = open_run_dir(Path(a.out), s, "use the stored settings to continue, or another --out")
     own = backends is None
     if own:
-        backends = {spec: make_backend(spec, **({"n_parallel": a.parallel, "n_ctx": a.n_ctx}
-                                                if spec.split(":")[0] in ("local", "smoke") else {}))
+        backends = {spec: make_backend(spec, **options_for(spec, {"n_parallel": a.parallel, "n_ctx": a.n_ctx}))
                     for spec in backend_specs(profiles)}
     try:
         collect(out, profiles, s, questions, backends, a.batch)

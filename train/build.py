@@ -15,6 +15,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.registry import uses_llama_cpp
 from dear.policy import JointPolicy, PolicyConfig
 from train.config import TrainConfig
 
@@ -44,15 +45,12 @@ def backend_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     return cfg.llm.backend_options()
 
 
-LLAMA_KINDS = ("local", "smoke")  # backend kinds that decode with llama.cpp threads
-
-
 def settle_threads(cfg: TrainConfig, resumed: bool = False) -> str | None:
     """Fix the llama.cpp thread count of a local/smoke run in `cfg.llm.threads` (the run's config.yaml records it and
     `--resume` reuses it): `n_threads` of llm.options, else DEAR_LLAMA_THREADS, else every usable core
     (`dear.llm.local.choose_threads`, which never follows the machine's load). Returns the line the run prints about
     it; None for other backends."""
-    if cfg.llm.backend_kind() not in LLAMA_KINDS:
+    if not uses_llama_cpp(cfg.llm.backend_spec()):
         return None
     from dear.llm.local import choose_threads
 
@@ -76,7 +74,7 @@ def make_local_backend(cfg: TrainConfig) -> Backend:
     from dear.llm.registry import make_backend
 
     options = backend_kwargs(cfg)
-    if cfg.llm.threads is not None and cfg.llm.backend_kind() in LLAMA_KINDS:
+    if cfg.llm.threads is not None and uses_llama_cpp(cfg.llm.backend_spec()):
         options["n_threads"] = cfg.llm.threads
     backend = make_backend(cfg.llm.backend_spec(), **options)
     if cfg.llm.cache:

@@ -18,21 +18,16 @@ import yaml
 from dear.debate.engine import DebateConfig, sampling_range_errors
 from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
+from dear.llm.registry import KINDS, PRESETS, is_synthetic, kind_of
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
-# LLM presets -> backend spec for dear.llm.registry.make_backend (docs/DESIGN.md §7).
-LLM_PRESETS: dict[str, str] = {
-    "local": "local",  # embedded Qwen2.5-Coder-1.5B Q4_K_M through llama.cpp (CPU)
-    "smoke": "smoke",  # SmolLM2-135M, for minute-long real-model runs
-    "qwen3-8b-vllm": "vllm:Qwen/Qwen3-8B",  # the paper's setting, one vLLM engine per GPU
-    "openai": "openai:{url}",  # any OpenAI-compatible server; needs llm.url
-    "sim": "sim",  # synthetic debaters (labelled synthetic everywhere)
-}
-
-
-BACKEND_KINDS = ("local", "smoke", "vllm", "openai", "sim")  # the first part of a backend spec
+# LLM presets -> backend spec for dear.llm.registry.make_backend (docs/DESIGN.md §7), and the backend kinds: both
+# read from the registry's one table of kinds (dear.llm.registry.KINDS).
+LLM_PRESETS: dict[str, str] = dict(PRESETS)
+PRESET_NAMES = tuple(LLM_PRESETS)  # the values llm.preset takes (its Literal)
+BACKEND_KINDS = tuple(KINDS)  # the first part of a backend spec; llm.options may be keyed by them
 
 
 class ConfigError(ValueError):
@@ -52,7 +47,7 @@ class RunConfig:
 
 @dataclass
 class LLMConfig:
-    preset: Literal["local", "smoke", "qwen3-8b-vllm", "openai", "sim"] = "local"  # see LLM_PRESETS
+    preset: Literal[PRESET_NAMES] = "local"  # see LLM_PRESETS
     spec: str | None = None  # explicit make_backend spec; overrides the preset
     url: str | None = None  # for preset "openai": http://host:port/v1[#model]
     max_tokens: int = 512  # completion tokens per agent turn
@@ -69,8 +64,11 @@ class LLMConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def backend_kind(self) -> str:
-        """The backend family of the spec: local, smoke, vllm, openai or sim."""
-        return self.backend_spec().split(":", 1)[0]
+        """The backend kind of the spec (dear.llm.registry.KINDS: local, smoke, openai, vllm, sim, bank)."""
+        try:
+            return kind_of(self.backend_spec())
+        except ValueError as e:
+            raise ConfigError(f"llm.spec: {e}") from None
 
     def backend_options(self) -> dict[str, Any]:
         """The keyword arguments for this backend: `options` itself, or its entry for `backend_kind()`."""
@@ -97,7 +95,7 @@ class LLMConfig:
 
     @property
     def synthetic(self) -> bool:
-        return self.backend_spec().split(":", 1)[0] == "sim"
+        return is_synthetic(self.backend_spec())
 
 
 @dataclass

@@ -25,6 +25,7 @@ from dear.debate.cli_args import add_backend_args
 from dear.debate.prompts import STYLES
 from dear.tasks import task_names
 
+from dear.llm.registry import options_for
 PROG = "python -m dear.bank"
 DEFAULT_BANK = Path(BANK_DIR)  # the embedded model's committed bank
 
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_file, sha = model_identity(a.llm)
     bank = Bank.open(a.bank, model_file, sha)
     plan = BuildPlan(key, a.n, a.samples, a.subset_seed, a.seed, a.top_logprobs)
-    options = {"n_parallel": a.parallel, "n_ctx": a.n_ctx} if a.llm.split(":")[0] in ("local", "smoke") else {}
+    options = options_for(a.llm, {"n_parallel": a.parallel, "n_ctx": a.n_ctx})
     generation = {"llm": a.llm, **options, "threads": os.environ.get("DEAR_LLAMA_THREADS", "auto"),
                   "command": command_line(PROG, argv)}
     backend = make_backend(a.llm, **options)

@@ -11,13 +11,11 @@ whose samples failed is not stored; the next run redoes it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dear import tasks
@@ -27,6 +25,7 @@ from dear.debate.profiles import AgentProfile
 from dear.debate.protocols import MajorityProtocol
 from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.progress import LiveProgress
+from dear.llm.registry import model_file
 
 log = logging.getLogger("dear.bank")
 DEFAULT_TOP_LOGPROBS = 5  # alternatives per token: DeepConf's token confidence averages the top k; the margin needs 2
@@ -46,16 +45,7 @@ class BuildPlan:
 
 def model_identity(llm: str) -> tuple[str, str]:
     """(file name, sha256) of the model a local/smoke spec loads; other backends are named by their spec."""
-    from dear.llm import model_files
-
-    kind, _, rest = llm.partition(":")
-    if kind == "local" and not rest:
-        return model_files.EMBEDDED_FILENAME, model_files.EMBEDDED_SHA256
-    if kind in ("local", "smoke"):
-        path = Path(rest) if rest else model_files.smoke_model_path()
-        h = hashlib.sha256(path.read_bytes()).hexdigest()
-        return path.name, h
-    return llm, "unknown (" + llm + ")"
+    return model_file(llm) or (llm, "unknown (" + llm + ")")
 
 
 def sample_of(turn, question_id: str) -> BankSample:

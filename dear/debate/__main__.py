@@ -29,7 +29,7 @@ from dear.integrity import check_output_file
 from dear.llm.base import Backend, BackendError
 from dear.llm.cache import CachedBackend
 from dear.llm.model_files import default_cache_dir
-from dear.llm.registry import make_backend
+from dear.llm.registry import make_backend, uses_llama_cpp
 
 PROG = "python -m dear.debate"
 # A user error, a backend that cannot be built or reached, an unreadable file: one line, exit code 2.
@@ -72,7 +72,7 @@ def build_backends(args: argparse.Namespace, n_requests: int, profiles: tuple[Ag
     backends: dict[str, Backend] = {}
     for spec in backend_specs(profiles) if profiles else dict.fromkeys(specs):
         kwargs = {}
-        if spec.split(":")[0] in ("local", "smoke"):
+        if uses_llama_cpp(spec):
             kwargs["n_parallel"] = args.parallel or max(1, min(16, n_requests))
             if args.n_ctx:
                 kwargs["n_ctx"] = args.n_ctx

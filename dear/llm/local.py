@@ -108,23 +108,6 @@ def choose_threads(n_threads: int | None = None) -> ThreadChoice:
     return ThreadChoice(max(1, cores), cores, load)
 
 
-# Backend kinds that give a seed the same texts without `repeatable`: the synthetic debaters and replayed samples.
-REPEATABLE_ANYWAY = ("sim", "bank")
-
-
-def check_repeatable(specs: Sequence[str], what: str = "--repeatable") -> None:
-    """ValueError naming the first backend spec that cannot decode repeatably: `repeatable` is a setting of the
-    llama.cpp backends (local, smoke) and a no-op for sim and bank (repeatable anyway); an OpenAI-compatible server
-    or vLLM batches requests as it sees fit."""
-    from dear.llm.registry import kind_of, uses_llama_cpp
-
-    for spec in specs:
-        if not (uses_llama_cpp(spec) or kind_of(spec) in REPEATABLE_ANYWAY):
-            raise ValueError(f"{what}: the {kind_of(spec)} backend ({spec.strip()}) batches requests as it sees fit, "
-                             f"so its texts cannot be made repeatable; repeatable applies to the llama.cpp backends "
-                             f"(local, smoke) and is a no-op for {' and '.join(REPEATABLE_ANYWAY)}")
-
-
 def request_payload(request: ChatRequest, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The OpenAI-style chat-completions body for one request (shared with the HTTP backend)."""
     body: dict[str, Any] = {

@@ -21,6 +21,7 @@ from dear.debate.profiles import AgentProfile, on_backend
 from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater, refuse_pot_on_sim
 from dear.serve import __doc__ as package_doc
+from dear.llm.registry import uses_llama_cpp
 from dear.serve.app import DEFAULT_MAX_BODY_SIZE, SYNTHETIC_ANSWERS, ServeSettings, create_app, synthetic_example
 from dear.serve.methods import served_names
 from dear.serve.scheduler import DebateScheduler
@@ -133,7 +134,7 @@ def checked_profiles(a: argparse.Namespace, n_agents: int) -> tuple[AgentProfile
 
 def backend_options(a: argparse.Namespace, n_agents: int) -> dict[str, Any]:
     options = dict(a.llm_option)
-    if a.llm.split(":")[0] in ("local", "smoke"):  # llama.cpp slots: one per agent turn of a full batch
+    if uses_llama_cpp(a.llm):  # llama.cpp slots: one per agent turn of a full batch
         options.setdefault("n_parallel", max(1, min(16, a.max_active * n_agents)))
     return options
 

@@ -10,7 +10,7 @@ import yaml
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.protocols import FixedMaskProtocol
 from dear.evidence import answer_aware_evidence, pairwise_evidence
-from dear.llm.sim import SimBackend, SimParams
+from dear.sim import SimBackend, SimParams
 from dear.tasks.synthetic import load_synthetic
 
 # agent 0 reads nobody; agents 1 and 2 read each other

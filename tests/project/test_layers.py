@@ -18,14 +18,14 @@ FLOORS = {
     "train": 4, "eval": 4, "simworld": 4, "dear.serve": 4,
 }
 # Same-floor imports that the floor plan allows, (importer, imported) as units or modules: the export artifact is
-# read by the inference API; the backend registry builds the simulated world's backend (`make_backend("sim")`).
-# None between the applications: eval/ and simworld/ (both floor 4) never import each other.
-ALLOWED_SIDEWAYS = {("dear.infer", "dear.export"), ("dear.infer", "dear.regulator"), ("envs", "dear.regulator"),
-                    ("dear.llm.registry", "dear.sim.backend"), ("dear.llm.registry", "dear.bank.backend")}
-# Old module paths kept as thin aliases (a FutureWarning, then the new code): each may import what replaced it.
-ALIASES = {
-    "dear.llm.sim": ("dear.sim",),
-}
+# read by the inference API. None between the applications: eval/ and simworld/ (both floor 4) never import each
+# other. The backend registry names the sim and bank backends by path (`dear.llm.registry.SIM_BACKEND`), importing
+# them only when one is built, so it needs no exception.
+ALLOWED_SIDEWAYS = {("dear.infer", "dear.export"), ("dear.infer", "dear.regulator"), ("envs", "dear.regulator")}
+# Arrows forbidden whatever FLOORS and ALLOWED_SIDEWAYS say, (importer, imported unit): the evaluation reads fitted
+# worlds (worlds/), never the fitting code, and the simulator's application never reads the evaluation harness; the
+# backends and the simulated world meet only at the backend contract (`dear.llm.base`, a unit of its own).
+FORBIDDEN = (("eval", "simworld"), ("simworld", "eval"), ("dear.llm", "dear.sim"), ("dear.sim", "dear.llm"))
 TOPS = ("dear", "envs", "train", "eval", "simworld")
 
 
@@ -42,10 +42,8 @@ def _within(name: str, prefix: str) -> bool:
 
 
 def _allowed(module: str, target: str) -> bool:
-    """A same-floor or upward import the plan allows: listed in ALLOWED_SIDEWAYS, or an alias importing its
-    replacement."""
-    return any(_within(module, a) and _within(target, b) for a, b in ALLOWED_SIDEWAYS) or any(
-        _within(target, new) for new in ALIASES.get(module, ()))
+    """A same-floor or upward import the plan allows: one listed in ALLOWED_SIDEWAYS."""
+    return any(_within(module, a) and _within(target, b) for a, b in ALLOWED_SIDEWAYS)
 
 
 def _module_name(path: Path) -> str:
@@ -90,6 +88,31 @@ def test_imports_only_point_down():
                 violations.append(f"{path.relative_to(ROOT)}: {unit} (floor {FLOORS[unit]}) imports {target} "
                                   f"(floor {FLOORS[dep]})")
     assert not violations, "\n".join(sorted(violations))
+
+
+def _forbidden(module: str, targets: set[str]) -> list[str]:
+    """The imports of `module` that FORBIDDEN rules out, each with its rule."""
+    return sorted(f"{module} imports {t} ({a} must not import {b})" for t in targets for a, b in FORBIDDEN
+                  if _within(module, a) and _unit(t) == b)
+
+
+def test_forbidden_arrows_stay_absent():
+    violations = [f"{p.relative_to(ROOT)}: {v}" for top in TOPS for p in (ROOT / top).rglob("*.py")
+                  for v in _forbidden(_module_name(p), _imports(p, _module_name(p)))]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_forbidden_arrows_are_caught(tmp_path):
+    """A lazy import inside a function counts; the backend contract (`dear.llm.base`) stays open to dear/sim/."""
+    src = tmp_path / "x.py"
+    src.write_text("def f():\n    from dear.sim.backend import SimBackend\n    from dear.llm.base import Backend\n"
+                   "    import simworld.fit\n")
+    assert _forbidden("dear.llm.registry", _imports(src, "dear.llm.registry")) == [
+        "dear.llm.registry imports dear.sim.backend (dear.llm must not import dear.sim)",
+        "dear.llm.registry imports dear.sim.backend.SimBackend (dear.llm must not import dear.sim)"]
+    assert _forbidden("eval.run", _imports(src, "eval.run")) == [
+        "eval.run imports simworld.fit (eval must not import simworld)"]
+    assert _forbidden("dear.sim.backend", _imports(src, "dear.sim.backend")) == []
 
 
 def test_the_floor_plan_covers_every_package():

@@ -5,22 +5,19 @@ training reads live in `worlds/`, byte-identical to the fit's outputs."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
-import warnings
 
 import yaml
 
 from tests import ROOT
 
-def test_the_llm_path_of_the_simulator_is_a_plain_re_export():
+
+def test_the_simulator_has_one_path():
     import dear.sim
     from dear.llm.registry import make_backend
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from dear.llm import sim as old
-
-    assert old.SimBackend is dear.sim.SimBackend and old.SimParams is dear.sim.SimParams
+    assert importlib.util.find_spec("dear.llm.sim") is None  # the old path is gone (CHANGELOG.md)
     assert type(make_backend("sim")) is dear.sim.SimBackend
 
 

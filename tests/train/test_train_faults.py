@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from dear.cli import exit_code
 from dear.llm.base import ChatMessage, ChatRequest
-from dear.llm.sim import SimBackend
+from dear.sim import SimBackend
 from dear.tasks import load as load_task
 from train.checkpoint import CheckpointError, latest_checkpoint
 from train.config import ConfigError, load_config

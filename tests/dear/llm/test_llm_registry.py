@@ -64,7 +64,7 @@ def test_smoke_and_local_path_build_real_backends():
 
 
 def test_sim_is_built_lazily():
-    pytest.importorskip("dear.llm.sim")
+    pytest.importorskip("dear.sim")
     backend = make_backend("sim")
     assert backend.synthetic
 
@@ -101,3 +101,76 @@ def test_bank_names_its_directory_and_shelves(tmp_path):
     Bank.open(tmp_path, "m.gguf", "0" * 64)
     with pytest.raises(BackendError, match="has no shelf of gsm8k/train/cot; shelves: none"):
         make_backend(f"bank:{tmp_path}")
+
+
+def test_each_kind_is_one_entry_of_the_table():
+    """The spec forms, the presets of train/config.py and the kinds are all derived from KINDS."""
+    from dear.llm import registry as R
+
+    assert list(R.KINDS) == ["local", "smoke", "openai", "vllm", "sim", "bank"]
+    assert all(R.kind_of(form.split("[")[0].replace("<hf model id or path>", "x")) == kind.name
+               for kind in R.KINDS.values() for form in kind.forms)
+    assert R.SPECS == {f: t for k in R.KINDS.values() for f, t in k.forms.items()} and all(R.SPECS.values())
+    assert R.PRESETS == {n: s for k in R.KINDS.values() for n, s in k.presets.items()}
+    assert all(R.kind_of(spec.format(url="http://h:1/v1")) == kind.name
+               for kind in R.KINDS.values() for spec in kind.presets.values())
+    assert [k for k, v in R.KINDS.items() if v.synthetic] == ["sim"]
+    assert [k for k, v in R.KINDS.items() if v.llama_cpp] == ["local", "smoke"]
+    assert [k for k, v in R.KINDS.items() if v.repeatable] == ["sim", "bank"]
+
+
+def test_kind_of_and_its_errors():
+    from dear.llm.registry import kind_of
+
+    assert [kind_of(s) for s in ("local", " local:/m.gguf ", "smoke", "openai:http://h/v1#m", "vllm:Q/Q", "sim",
+                                 "bank", "bank:/b")] == ["local", "local", "smoke", "openai", "vllm", "sim", "bank",
+                                                          "bank"]
+    with pytest.raises(ValueError, match=r"unknown LLM backend spec 'gpt' \(unrecognised kind 'gpt'\); valid: local"):
+        kind_of("gpt")
+
+
+def test_is_synthetic_reads_specs_and_model_ids():
+    from dear.llm.registry import is_synthetic
+
+    assert all(is_synthetic(x) for x in ("sim", " sim", "sim-v1"))
+    assert not any(is_synthetic(x) for x in ("local", "smoke", "local:/sim.gguf", "openai:http://sim/v1", "bank",
+                                             "smoke:smollm2", "llamacpp:sim.gguf", "simple", "", None))
+
+
+def test_options_for_keeps_what_the_kind_takes():
+    from dear.llm.registry import options_for
+
+    shared = {"n_parallel": 4, "n_ctx": 1024, "speculative": "ngram-simple", "params_file": "p.json"}
+    assert options_for("smoke", shared) == options_for("local:/m.gguf", shared) == {
+        "n_parallel": 4, "n_ctx": 1024, "speculative": "ngram-simple"}
+    assert options_for("sim", shared) == {"params_file": "p.json"}
+    assert options_for("openai:http://h/v1", shared) == options_for("vllm:Q", shared) == options_for("bank", shared) == {}
+    with pytest.raises(ValueError, match="'smok'"):
+        options_for("smok", shared)
+
+
+def test_the_factories_resolve_and_take_the_declared_options():
+    """Each kind's declared options are keyword parameters of its backend class (the sim and bank classes are
+    named, not imported, by the registry: the names must resolve)."""
+    import inspect
+
+    from dear.llm import registry as R
+    from dear.llm.local import LocalLlamaBackend
+    from dear.llm.openai_compat import OpenAICompatBackend
+    from dear.llm.vllm_backend import VLLMBackend
+
+    classes = {"local": LocalLlamaBackend, "smoke": LocalLlamaBackend, "openai": OpenAICompatBackend,
+               "vllm": VLLMBackend, "sim": R._named(R.SIM_BACKEND), "bank": R._named(R.BANK_BACKEND)}
+    assert set(classes) == set(R.KINDS) and isinstance(R._named(R.DEFAULT_BANK), str)
+    for name, cls in classes.items():
+        params = inspect.signature(cls).parameters
+        open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        assert open_ended or R.KINDS[name].options <= set(params), (name, R.KINDS[name].options - set(params))
+
+
+def test_model_file_names_a_llama_cpp_models_file():
+    from dear.llm import model_files
+    from dear.llm.registry import model_file
+
+    assert model_file("local") == (model_files.EMBEDDED_FILENAME, model_files.EMBEDDED_SHA256)
+    assert model_file("sim") is None and model_file("openai:http://h/v1") is None and model_file("bank") is None

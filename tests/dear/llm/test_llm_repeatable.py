@@ -11,7 +11,8 @@ import pytest
 
 from dear.debate.cli_args import repeatable_of
 from dear.llm import ChatMessage, ChatRequest, make_backend
-from dear.llm.local import LocalLlamaBackend, _StreamedChat, check_repeatable
+from dear.llm.local import LocalLlamaBackend, _StreamedChat
+from dear.llm.registry import check_repeatable
 
 THREADS = 1  # one llama.cpp thread: on a shared machine threads spinning at barriers slow each other ~10x
 QUESTIONS = ("What is 17 * 23? Explain briefly.", "Name three rivers of Europe.", "Why is the sky blue?")

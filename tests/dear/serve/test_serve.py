@@ -295,7 +295,7 @@ def test_a_full_queue_gets_429(policy):
     from starlette.testclient import TestClient
 
     from dear.infer import RegulatedDebater, make_question
-    from dear.llm.sim import SimBackend
+    from dear.sim import SimBackend
     from dear.serve.app import create_app
     from dear.serve.scheduler import DebateJob, DebateScheduler, QueueFull
 
