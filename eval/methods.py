@@ -1,4 +1,6 @@
-"""Evaluation methods: the baselines and DEAR with its ablations, as (DebateConfig, protocol) pairs.
+"""Evaluation methods: what eval alone builds around the method catalog (`dear.debate.methods`): the methods over
+the stored round 0, DEAR from a checkpoint with its density-matched control, and the interventions; each run as a
+(DebateConfig, protocol) pair.
 
 Every method runs through the same `DebateEngine`, the same questions, model and seeds. Round 0 is generated
 once per question (``max(V, self-consistency samples)`` independent answers, stored in
@@ -24,86 +26,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from dear.debate import DebateConfig, make_protocol
+from dear.debate import DebateConfig
 from dear.debate.engine import Debate, DebateEngine
 from dear.debate.interventions import InterventionConfig, InterventionProtocol
+from dear.debate.methods import DEFAULT_METHODS, METHODS, MethodSpec
 from dear.debate.protocols import MajorityProtocol, Protocol
 from dear.debate.sampling_rules import Samples, samples_used
 from dear.debate.trace import AgentTurn
 from dear.llm.base import Backend
+from dear.llm.registry import is_synthetic
 from dear.tasks.types import Question
 from dear.policy import JointPolicy, PolicyConfig
 from eval.action_frequencies import ActionFrequencies
-from dear.llm.registry import is_synthetic
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    name: str
-    label: str  # how the report prints it
-    kind: Literal["single", "samples", "debate", "dear"]
-    description: str
-    protocol: str = ""  # debate kind: make_protocol name
-    selection_mode: str = "learned"  # dear kind: JointPolicy overrides
-    behavior_mode: str = "learned"
-    fusion: str = "dst"
-    stop_when_unanimous: bool = False  # end a debate after any round where all agents give the same answer
-    ablates: str = ""  # the method this one is an ablation or control of (the report pairs the two)
-    rule: str = ""  # samples kind: an adaptive rule of dear.debate.sampling_rules over the stored round 0
-
-    @property
-    def needs_checkpoint(self) -> bool:
-        return self.kind == "dear"
-
-
-METHODS: dict[str, MethodSpec] = {
-    m.name: m
-    for m in (
-        MethodSpec("cot", "Single CoT", "single", "one agent, one answer (= agent 0 of round 0)"),
-        MethodSpec("sc", "CoT-SC", "samples", "self-consistency: n independent samples, plurality vote"),
-        MethodSpec("majority", "Round-0 majority", "samples", "V independent answers, plurality, no exchange"),
-        *(MethodSpec(f"adaptive-sc-{a}", f"Adaptive SC (until {a} agree)", "samples",
-                     f"adaptive self-consistency: V samples, then one more at a time until {a} share an answer "
-                     "(at most the self-consistency samples); plurality over those used", rule=f"adaptive-sc-{a}")
-          for a in (2, 3)),
-        *(MethodSpec(f"adaptive-sc-{a}-from-{s}", f"Adaptive SC (from {s}, until {a} agree)", "samples",
-                     f"adaptive self-consistency started at {s} sample(s): one more at a time until {a} share an "
-                     "answer (at most the self-consistency samples); plurality over those used",
-                     rule=f"adaptive-sc-{a}-from-{s}")
-          for a in (2, 3) for s in (1, 2)),
-        *(MethodSpec(f"esc-{w}", f"ESC (window {w})", "samples",
-                      f"early-stopping self-consistency: windows of {w} samples until one window is unanimous (at "
-                      "most the self-consistency samples); plurality over every sample drawn", rule=f"esc-{w}")
-          for w in (2, 3)),
-        MethodSpec("mad", "MAD", "debate", "full mask, fixed sampling", protocol="mad"),
-        MethodSpec("mad-stop", "MAD stop-when-unanimous", "debate",
-                   "MAD that ends as soon as all agents give the same answer (after round 0 or any later round)",
-                   protocol="mad", stop_when_unanimous=True),
-        MethodSpec("read-strongest", "Everyone reads the strongest", "debate",
-                   "a mixed pool's hand rule: every agent reads the other agents of the first agent's profile "
-                   "(list the strongest first) and nobody else, MAD's sampling; one profile = MAD",
-                   protocol="read-strongest"),
-        MethodSpec("dear", "DEAR", "dear", "learned selection + learned behavior, DST fusion"),
-        MethodSpec("dear-no-selection", "DEAR w/o selection", "dear", "full mask + learned behavior",
-                   selection_mode="full", ablates="dear"),
-        MethodSpec("dear-no-behavior", "DEAR w/o behavior", "dear", "learned selection + fixed sampling",
-                   behavior_mode="fixed", ablates="dear"),
-        MethodSpec("dear-mean", "DEAR Mean-fusion", "dear", "mean of selected opinions instead of DST",
-                   fusion="mean", ablates="dear"),
-        MethodSpec("dear-random-mask", "DEAR random-mask", "dear",
-                   "random mask whose per-round density is DEAR's realized density on the benchmark "
-                   "+ learned behavior (an extended policy: stop, kinds and a reviser's pairs drawn at DEAR's "
-                   "per-round frequencies)", selection_mode="random", ablates="dear"),
-    )
-}
-# `all`: every method but the mixed-pool hand rule, which is MAD on a pool of one profile (ask for it by name)
-DEFAULT_METHODS = tuple(n for n in METHODS if n != "read-strongest")
 
 
 def round0_width(methods: Sequence[str], n_agents: int, sc_samples: int) -> int:
@@ -384,15 +324,13 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
     if "+" in spec.name:  # a debate method with interventions (below)
         return build_intervention_method(spec.name, base, sc_samples, ckpt, encoder, seed=seed,
                                          deterministic=deterministic)
-    if spec.kind == "single":
-        return MethodRun(replace(base, n_agents=1, n_rounds=0), MajorityProtocol())
-    if spec.kind == "samples":  # an adaptive rule reads up to sc_samples, each question its own prefix (rule_width)
+    if spec.kind == "samples":  # over the stored round 0: an adaptive rule reads up to sc_samples (rule_width)
         n = sc_samples if spec.name == "sc" or spec.rule else base.n_agents
         proto: Protocol = MajorityProtocol()
         proto.name = spec.name
         return MethodRun(replace(base, n_agents=n, n_rounds=0), proto)
-    if spec.kind == "debate":
-        return MethodRun(base, make_protocol(spec.protocol, base))
+    if spec.kind in ("single", "debate"):  # the catalog's protocol, continuing the stored round 0
+        return MethodRun(*spec.make(base, sc_samples))
     if ckpt is None or encoder is None:
         raise ValueError(f"method {spec.name!r} needs --checkpoint")
     from dear.regulator import RegulatedProtocol  # floor 3

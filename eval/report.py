@@ -12,7 +12,7 @@ from typing import Any
 
 from dear.debate.trace import DebateTrace
 from dear.metrics import TRANSITIONS, ScoredDebate, MethodSummary, Ratio, paired_bootstrap_diff, summarize
-from eval.methods import METHODS
+from dear.debate.methods import BASELINES, METHODS
 from eval.profile_transitions import NOBODY, ProfileStep, profile_steps
 
 REGRADE_RECORD = "regrade.json"  # written by eval.regrade beside the traces it re-graded
@@ -162,24 +162,37 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
-             baselines: Sequence[str] = ("mad", "majority", "sc", "adaptive-sc-2", "adaptive-sc-3",
-                                         "adaptive-sc-2-from-2", "cot"),
+def markdown(results: Sequence[MethodResult], meta: dict[str, Any], baselines: Sequence[str] = BASELINES,
              seed: int = 0, n_boot: int = 2000) -> str:
     """The full summary.md text. `meta` carries the command, model, seeds and labels for the header, and
     optionally `failures` {(benchmark, method): [(question_id, error)]} (failed debates that remain, left out
-    of the accuracy) and `generation_s` {benchmark: seconds}."""
+    of the accuracy) and `generation_s` {benchmark: seconds}. `baselines`: the methods every other is paired
+    with (default: the catalog's, `dear.debate.methods.BASELINES`)."""
     benchmarks = list(dict.fromkeys(r.benchmark for r in results))
     methods = list(dict.fromkeys(r.method for r in results))
     by = {(r.benchmark, r.method): r for r in results}
-    lines = [f"# {meta.get('title', 'DEAR evaluation')}", ""]
-    if meta.get("synthetic"):
-        lines += [("> **SYNTHETIC** — produced with the `sim` backend (synthetic debaters, no language model). "
-                  "These numbers test the pipeline; they are not LLM results."), ""]
     if "n" not in meta:
         meta = {**meta, "n": ", ".join(f"{b}: {max(r.summary.n for r in results if r.benchmark == b)}"
                                        for b in benchmarks)}
     failures: dict[tuple[str, str], list[tuple[str, str]]] = meta.get("failures", {})
+    lines = _header(meta)
+    lines += _accuracy_table(results, benchmarks, methods, by)
+    lines += _paired_tables(results, benchmarks, methods, by, baselines, seed, n_boot)
+    lines += _generation_table(meta.get("generation_s") or {}, benchmarks)
+    for b in benchmarks:
+        lines += _benchmark_section(b, [by[(b, m)] for m in methods if (b, m) in by], failures)
+    if meta.get("agent_profiles"):
+        lines += _agent_section(results)
+    lines += _failures_section(results, meta, failures)
+    return "\n".join(lines + DEFINITIONS)
+
+
+def _header(meta: dict[str, Any]) -> list[str]:
+    """Title, the synthetic warning, the run's settings and the notes."""
+    lines = [f"# {meta.get('title', 'DEAR evaluation')}", ""]
+    if meta.get("synthetic"):
+        lines += [("> **SYNTHETIC** — produced with the `sim` backend (synthetic debaters, no language model). "
+                  "These numbers test the pipeline; they are not LLM results."), ""]
     for key, name in (("command", "Command"), ("model", "Model"), ("checkpoint", "Checkpoint"),
                       ("policy_sampling", "Policy actions"), ("seed", "Seed"), ("n", "Questions reported"),
                       ("debate", "Debate"), ("date", "Date"), ("wall_time", "Wall time")):
@@ -188,12 +201,15 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
             lines.append(f"- **{name}:** {value}")
     for note in meta.get("notes", []):
         lines.append(f"- {note}")
-    lines.append("")
+    return lines + [""]
 
-    # -- the paper table: accuracy [CI] and tokens per benchmark
-    lines += ["## Accuracy and cost", "",
-              (f"{TIE_RULE} Accuracy in % with a 95 % percentile-bootstrap CI over questions (seeded); tokens = "
-               "mean prompt + completion tokens of all calls per question."), ""]
+
+def _accuracy_table(results: Sequence[MethodResult], benchmarks: list[str], methods: list[str],
+                    by: dict[tuple[str, str], MethodResult]) -> list[str]:
+    """The paper table: accuracy [CI] and tokens per benchmark, and who dominates each method."""
+    lines = ["## Accuracy and cost", "",
+             (f"{TIE_RULE} Accuracy in % with a 95 % percentile-bootstrap CI over questions (seeded); tokens = "
+              "mean prompt + completion tokens of all calls per question."), ""]
     header = ["Method"]
     for b in benchmarks:
         header += [f"{b} acc % [95 % CI]", f"{b} tokens/q"]
@@ -212,8 +228,14 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
         row += [(", ".join(by_label(results, d) for d in dominated[(b, m)]) or "—") if (b, m) in by else "–"
                 for b in benchmarks]
         rows.append(row)
-    lines += _table(header, rows) + ["", FRONTIER_RULE, ""]
+    return lines + _table(header, rows) + ["", FRONTIER_RULE, ""]
 
+
+def _paired_tables(results: Sequence[MethodResult], benchmarks: list[str], methods: list[str],
+                   by: dict[tuple[str, str], MethodResult], baselines: Sequence[str], seed: int,
+                   n_boot: int) -> list[str]:
+    """Every method minus each baseline present, then each full method minus its ablations and controls."""
+    lines: list[str] = []
     for baseline in baselines:
         if baseline not in methods:
             continue
@@ -232,110 +254,120 @@ def markdown(results: Sequence[MethodResult], meta: dict[str, Any],
         rows = [[f"{by_label(results, full)} − {by_label(results, m)}"]
                 + _paired_diffs(by, benchmarks, full, m, seed, n_boot) for m, full in ablations]
         lines += _table(["Comparison"] + benchmarks, rows) + [""]
+    return lines
 
-    generation = meta.get("generation_s") or {}
-    if generation:
-        lines += ["### Generation time per benchmark", "",
-                  "Wall time of all generation in this directory (all runs of the command, all methods).", ""]
-        lines += _table(["Benchmark", "minutes"], [[b, f"{generation[b] / 60:.1f}"] for b in benchmarks
-                                                    if b in generation]) + [""]
 
-    for b in benchmarks:
-        res = [by[(b, m)] for m in methods if (b, m) in by]
-        lines += [f"## {b}", ""]
-        lines += [("n = finished debates (accuracy is over these); failed = debates of this method whose backend "
-                   "failed and that a rerun of the command retries (not in the accuracy), plus any legacy failed "
-                   "traces counted as wrong. Truncated = agent answers cut at the token limit; without a marked "
-                   "answer they count as no answer."), ""]
-        lines += _table(
-            ["Method", "n", "acc %", "95 % CI", "acc %, seeded tie pick", "prompt tok/q", "completion tok/q",
-             "total tok/q", "failed", "final ties", "no-answer %", "truncated % (no answer)",
-             "graders (final answer)"],
-            [[r.label, str(r.summary.n), _pct(r.summary.accuracy.mean),
-              f"[{_pct(r.summary.accuracy.low)}, {_pct(r.summary.accuracy.high)}]",
-              _pct(r.summary.accuracy_seeded.mean),
-              f"{r.summary.prompt_tokens:,.0f}", f"{r.summary.completion_tokens:,.0f}",
-              f"{r.summary.total_tokens.mean:,.0f}",
-              str(r.summary.failed + len(failures.get((b, r.method), []))), str(r.summary.final_ties),
-              _pct(r.summary.no_answer.rate),
-              f"{_ratio(r.summary.truncated)}; {_ratio(r.summary.truncated_no_answer)}",
-              ", ".join(f"{g}: {c}" for g, c in sorted(r.summary.graders.items()))]
-             for r in res],
-        ) + [""]
-        debates = [r for r in res if r.summary.n_rounds > 1]
-        if not debates:
-            continue
-        n_rounds = max(r.summary.n_rounds for r in debates)
-        lines += [("Per-round accuracy (plurality of each round; a tie scores the share of tied answers that "
-                  "are correct):"), ""]
-        lines += _table(["Method"] + [f"round {k}" for k in range(n_rounds)],
-                        [[r.label] + [_pct(x) for x in r.summary.round_accuracy] +
-                         ["–"] * (n_rounds - len(r.summary.round_accuracy)) for r in debates]) + [""]
-        lines += [("Conformity (agent-round cases; rate % (numerator/denominator)), drift (problem-drift FOCUS on "
-                  "the per-round group answer):"), ""]
-        lines += _table(
-            ["Method", "HCR", "BCR", "HCR narrow", "BCR narrow", "drifted debates", "recovered",
-             "mean rounds drifted", "improved / degraded", "mean FOCUS per round"],
-            [[r.label, _ratio(r.summary.hcr), _ratio(r.summary.bcr), _ratio(r.summary.hcr_narrow),
-              _ratio(r.summary.bcr_narrow), _ratio(r.summary.drifted),
-              _ratio(r.summary.recovered), f"{r.summary.mean_rounds_drifted:.2f}",
-              f"{r.summary.improved} / {r.summary.degraded}",
-              ", ".join(f"{x:+.3f}" for x in r.summary.focus)] for r in debates],
-        ) + [""]
-        lines += ["Read density per exchange round (peers read / (V − 1), mean over agents and debates):", ""]
-        lines += _table(["Method"] + [f"round {k}" for k in range(1, n_rounds)],
-                        [[r.label] + [_pct(x) for x in r.summary.read_density] +
-                         ["–"] * (n_rounds - 1 - len(r.summary.read_density)) for r in debates]) + [""]
-        lines += ["Transitions per agent (counts, round r → r+1):", ""]
-        rows = []
-        for r in debates:
-            for k, counts in enumerate(r.summary.transitions):
-                rows.append([r.label, f"{k}→{k + 1}"] + [str(int(c)) for c in counts])
-        lines += _table(["Method", "rounds"] + [t.replace("->", "→") for t in TRANSITIONS], rows) + [""]
-        peers = sorted({k for r in debates for k in r.summary.flips_by_agreement})
-        lines += ["C→I rate by the number of peers sharing the (correct) agent's answer, % (flips/cases):", ""]
-        lines += _table(["Method"] + [f"{k} agreeing" for k in peers],
-                        [[r.label] + [_ratio(r.summary.flips_by_agreement.get(k, Ratio(0, 0))) for k in peers]
-                         for r in debates]) + [""]
+def _generation_table(generation: dict[str, float], benchmarks: list[str]) -> list[str]:
+    if not generation:
+        return []
+    lines = ["### Generation time per benchmark", "",
+             "Wall time of all generation in this directory (all runs of the command, all methods).", ""]
+    return lines + _table(["Benchmark", "minutes"], [[b, f"{generation[b] / 60:.1f}"] for b in benchmarks
+                                                     if b in generation]) + [""]
 
-    if meta.get("agent_profiles"):
-        lines += _agent_section(results)
 
+def _benchmark_section(b: str, res: list[MethodResult], failures: dict[tuple[str, str], list[tuple[str, str]]]
+                       ) -> list[str]:
+    """One benchmark's detail table, and the per-round tables of its methods that debate."""
+    lines = [f"## {b}", ""]
+    lines += [("n = finished debates (accuracy is over these); failed = debates of this method whose backend "
+               "failed and that a rerun of the command retries (not in the accuracy), plus any legacy failed "
+               "traces counted as wrong. Truncated = agent answers cut at the token limit; without a marked "
+               "answer they count as no answer."), ""]
+    lines += _table(
+        ["Method", "n", "acc %", "95 % CI", "acc %, seeded tie pick", "prompt tok/q", "completion tok/q",
+         "total tok/q", "failed", "final ties", "no-answer %", "truncated % (no answer)",
+         "graders (final answer)"],
+        [[r.label, str(r.summary.n), _pct(r.summary.accuracy.mean),
+          f"[{_pct(r.summary.accuracy.low)}, {_pct(r.summary.accuracy.high)}]",
+          _pct(r.summary.accuracy_seeded.mean),
+          f"{r.summary.prompt_tokens:,.0f}", f"{r.summary.completion_tokens:,.0f}",
+          f"{r.summary.total_tokens.mean:,.0f}",
+          str(r.summary.failed + len(failures.get((b, r.method), []))), str(r.summary.final_ties),
+          _pct(r.summary.no_answer.rate),
+          f"{_ratio(r.summary.truncated)}; {_ratio(r.summary.truncated_no_answer)}",
+          ", ".join(f"{g}: {c}" for g, c in sorted(r.summary.graders.items()))]
+         for r in res],
+    ) + [""]
+    debates = [r for r in res if r.summary.n_rounds > 1]
+    return lines + (_round_tables(debates) if debates else [])
+
+
+def _round_tables(debates: list[MethodResult]) -> list[str]:
+    """Per-round accuracy, conformity and drift, read density, transitions and flips of the debating methods."""
+    n_rounds = max(r.summary.n_rounds for r in debates)
+    lines = [("Per-round accuracy (plurality of each round; a tie scores the share of tied answers that "
+              "are correct):"), ""]
+    lines += _table(["Method"] + [f"round {k}" for k in range(n_rounds)],
+                    [[r.label] + [_pct(x) for x in r.summary.round_accuracy] +
+                     ["–"] * (n_rounds - len(r.summary.round_accuracy)) for r in debates]) + [""]
+    lines += [("Conformity (agent-round cases; rate % (numerator/denominator)), drift (problem-drift FOCUS on "
+              "the per-round group answer):"), ""]
+    lines += _table(
+        ["Method", "HCR", "BCR", "HCR narrow", "BCR narrow", "drifted debates", "recovered",
+         "mean rounds drifted", "improved / degraded", "mean FOCUS per round"],
+        [[r.label, _ratio(r.summary.hcr), _ratio(r.summary.bcr), _ratio(r.summary.hcr_narrow),
+          _ratio(r.summary.bcr_narrow), _ratio(r.summary.drifted),
+          _ratio(r.summary.recovered), f"{r.summary.mean_rounds_drifted:.2f}",
+          f"{r.summary.improved} / {r.summary.degraded}",
+          ", ".join(f"{x:+.3f}" for x in r.summary.focus)] for r in debates],
+    ) + [""]
+    lines += ["Read density per exchange round (peers read / (V − 1), mean over agents and debates):", ""]
+    lines += _table(["Method"] + [f"round {k}" for k in range(1, n_rounds)],
+                    [[r.label] + [_pct(x) for x in r.summary.read_density] +
+                     ["–"] * (n_rounds - 1 - len(r.summary.read_density)) for r in debates]) + [""]
+    lines += ["Transitions per agent (counts, round r → r+1):", ""]
+    rows = []
+    for r in debates:
+        for k, counts in enumerate(r.summary.transitions):
+            rows.append([r.label, f"{k}→{k + 1}"] + [str(int(c)) for c in counts])
+    lines += _table(["Method", "rounds"] + [t.replace("->", "→") for t in TRANSITIONS], rows) + [""]
+    peers = sorted({k for r in debates for k in r.summary.flips_by_agreement})
+    lines += ["C→I rate by the number of peers sharing the (correct) agent's answer, % (flips/cases):", ""]
+    return lines + _table(["Method"] + [f"{k} agreeing" for k in peers],
+                          [[r.label] + [_ratio(r.summary.flips_by_agreement.get(k, Ratio(0, 0))) for k in peers]
+                           for r in debates]) + [""]
+
+
+def _failures_section(results: Sequence[MethodResult], meta: dict[str, Any],
+                      failures: dict[tuple[str, str], list[tuple[str, str]]]) -> list[str]:
     remaining = {k: v for k, v in failures.items() if v}
-    if remaining:
-        lines += ["## Failed debates that remain", "",
-                  ("A backend error ended these debates; they are not in the accuracy above, and running the same "
-                   "command again retries them."), ""]
-        lines += _table(["Benchmark", "Method", "Question", "Error"],
-                        [[b, meta.get("labels", {}).get(m) or by_label(results, m), q,
-                          (err or "")[:160].replace("|", "/")]
-                         for (b, m), items in sorted(remaining.items()) for q, err in items]) + [""]
+    if not remaining:
+        return []
+    lines = ["## Failed debates that remain", "",
+             ("A backend error ended these debates; they are not in the accuracy above, and running the same "
+              "command again retries them."), ""]
+    return lines + _table(["Benchmark", "Method", "Question", "Error"],
+                          [[b, meta.get("labels", {}).get(m) or by_label(results, m), q,
+                            (err or "")[:160].replace("|", "/")]
+                           for (b, m), items in sorted(remaining.items()) for q, err in items]) + [""]
 
-    lines += ["## Definitions", "",
-              ("- Final answer: plurality over the last round's parsed answers; equivalent answers vote together "
-               "(the grader's equivalence: `5/4` = `1.25`). " + TIE_RULE + " A seeded random pick among tied "
-               "leaders names the answer a user gets; its accuracy is the \"seeded tie pick\" column. No parsable "
-               "answer never votes (nor does a letter that is not an option); a debate where no agent answered "
-               "scores 0."),
-              ("- HCR: among (agent, round r→r+1) cases where the agent is correct, holds an answer fewer agents "
-              "share than the plurality answer, and no plurality answer is correct — the share wrong at r+1. "
-              "BCR: the agent is wrong (with an answer), in the minority, and the plurality is correct — the "
-              "share correct at r+1. Agents without an answer and mixed ties enter neither."),
-              ("- Drift: s_r = per-round group score, FOCUS_r = s_r − s_(r−1); a debate has drifted at round r "
-              "when s_r is below the best earlier round; it recovered when a later round reaches the pre-drift "
-              "best. Rates with an empty denominator are shown as –."),
-              ("- HCR narrow / BCR narrow (the paper's reading): the same cases restricted to agents that read at "
-               "least one peer in round r+1; harmful = the agent adopts the round-r plurality's wrong answer, "
-               "beneficial = it adopts the plurality's correct answer."),
-              ("- A completion cut at the token limit (finish_reason \"length\") gives an answer only where it "
-               "marked one (a complete \\boxed{} or an answer phrase); otherwise it counts as no answer."),
-              ("- MAD stop-when-unanimous ends a debate after the first round (0, 1, …) where every agent gave the "
-               "same answer; it is charged only the rounds it ran, and its per-round accuracy counts the debates "
-               "still running at that round."),
-              ("- Failed debates (a backend error) are not finished: they are left out of the accuracy, listed, "
-               "and retried by the same command."),
-              ""]
-    return "\n".join(lines)
+
+DEFINITIONS = [
+    "## Definitions", "",
+    ("- Final answer: plurality over the last round's parsed answers; equivalent answers vote together "
+     "(the grader's equivalence: `5/4` = `1.25`). " + TIE_RULE + " A seeded random pick among tied "
+     "leaders names the answer a user gets; its accuracy is the \"seeded tie pick\" column. No parsable "
+     "answer never votes (nor does a letter that is not an option); a debate where no agent answered "
+     "scores 0."),
+    ("- HCR: among (agent, round r→r+1) cases where the agent is correct, holds an answer fewer agents "
+     "share than the plurality answer, and no plurality answer is correct — the share wrong at r+1. "
+     "BCR: the agent is wrong (with an answer), in the minority, and the plurality is correct — the "
+     "share correct at r+1. Agents without an answer and mixed ties enter neither."),
+    ("- Drift: s_r = per-round group score, FOCUS_r = s_r − s_(r−1); a debate has drifted at round r "
+     "when s_r is below the best earlier round; it recovered when a later round reaches the pre-drift "
+     "best. Rates with an empty denominator are shown as –."),
+    ("- HCR narrow / BCR narrow (the paper's reading): the same cases restricted to agents that read at "
+     "least one peer in round r+1; harmful = the agent adopts the round-r plurality's wrong answer, "
+     "beneficial = it adopts the plurality's correct answer."),
+    ("- A completion cut at the token limit (finish_reason \"length\") gives an answer only where it "
+     "marked one (a complete \\boxed{} or an answer phrase); otherwise it counts as no answer."),
+    ("- MAD stop-when-unanimous ends a debate after the first round (0, 1, …) where every agent gave the "
+     "same answer; it is charged only the rounds it ran, and its per-round accuracy counts the debates "
+     "still running at that round."),
+    ("- Failed debates (a backend error) are not finished: they are left out of the accuracy, listed, "
+     "and retried by the same command."),
+    ""]
 
 
 def _agent_section(results: Sequence[MethodResult]) -> list[str]:

@@ -27,8 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from dear.atomic import write_json
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate import DebateConfig, DebateEngine
-from dear.debate.engine import Debate
 from dear.debate.cli_args import (
     OMIT,
     add_backend_args,
@@ -48,19 +46,17 @@ from dear.debate.cli_args import (
     n_agents_of,
 )
 from dear.debate.profiles import as_profiles, backend_specs, on_backend
-from dear.debate.protocols import unanimous
-from dear.debate.interventions import InterventionProtocol
-from dear.debate.trace import DebateTrace, read_jsonl
+from dear.debate.trace import DebateTrace
 from dear.export import choose_encoder
-from dear.integrity import read_json
 from dear.llm import registry
 from dear.llm.base import GENERATED_TOKENS, Backend
 from dear.progress import LiveProgress
-from dear.regulator import CertaintyWeigher
 from dear.tasks.types import Question
 from eval import methods as M
-from eval.action_frequencies import ActionFrequencies, action_frequencies
-from eval import plots, report
+from eval import report
+from eval.chunk_runner import ChunkRunner
+from eval.results_dir import ROUND0, EvalSettings, ResultsDir, Round0Mismatch, check_round0  # noqa: F401 (API)
+from eval.run_report import Collected, Reporter
 
 log = logging.getLogger("eval")
 
@@ -74,41 +70,6 @@ _ADDED_SETTINGS = {"agent_profiles": None}
 # The policy's settings: a run without a DEAR method keeps the directory's (its answers do not depend on them).
 _POLICY_SETTINGS = ("checkpoint", "encoder", "checkpoint_sha256", "policy_sampling")
 POLICY_SAMPLING = ("deterministic", "sampled")
-ROUND0 = "round0"  # the pseudo-method name of the shared round 0 in timings and failure lists
-
-
-@dataclass
-class EvalSettings:
-    benchmarks: list[str]
-    methods: list[str]
-    n: int | None
-    llm: str
-    seed: int
-    n_agents: int
-    n_rounds: int
-    max_tokens: int
-    temperature: float
-    top_p: float
-    sc_samples: int
-    checkpoint: str | None
-    encoder: str | None
-    out: str
-    batch: int = 8
-    cache: str | None = None  # None = OUT/cache.sqlite; "" = no cache
-    n_boot: int = 2000
-    progress: bool = True
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    checkpoint_sha256: str | None = None
-    layout: str = DebateConfig.layout  # exchange-prompt layout
-    policy_sampling: str = "deterministic"  # DEAR policies: mode of the action distribution, or sampled
-    policy_world: str | None = None  # the DEAR policy's training world, shown in its labels
-    # One profile per agent in the compact form with its backend filled in (dear/debate/profiles.py); None = the
-    # paper's agents, all on --llm.
-    agent_profiles: list[str] | None = None
-    # llama.cpp threads of the local/smoke backends (None: no such backend). The texts of a seed depend on the count:
-    # fixed at the directory's first run (DEAR_LLAMA_THREADS, else every usable core), recorded here and reused by
-    # later runs of the directory (`llama_threads_for`).
-    llama_threads: int | None = None
 
 
 def _range(text: str | None, flag: str) -> tuple[float, float] | None:
@@ -153,87 +114,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-# ---------------------------------------------------------------- results directory bookkeeping
-class ResultsDir:
-    def __init__(self, root: Path):
-        self.root = root
-        self.done_path = root / "done.tsv"
-
-    def trace_path(self, benchmark: str, method: str) -> Path:
-        return self.root / "traces" / benchmark / f"{method}.jsonl"
-
-    def regulator_path(self, benchmark: str, method: str) -> Path:
-        return self.root / "traces" / benchmark / f"{method}.regulator.jsonl"
-
-    def round0_path(self, benchmark: str) -> Path:
-        return self.trace_path(benchmark, ROUND0)
-
-    def done(self) -> set[tuple[str, str, str]]:
-        if not self.done_path.exists():
-            return set()
-        out = set()
-        for lineno, line in enumerate(self.done_path.read_text(encoding="utf-8").splitlines(), 1):
-            parts = line.split("\t")
-            if len(parts) != 3:
-                raise ValueError(f"{self.done_path}:{lineno}: expected benchmark<TAB>method<TAB>question_id")
-            out.add((parts[0], parts[1], parts[2]))
-        return out
-
-    def append(self, benchmark: str, method: str, traces: Sequence[DebateTrace],
-               regulator: dict[str, list] | None = None) -> None:
-        """Traces first (fsynced), then the done-list: a crash between the two only redoes the batch.
-        Failed traces are kept for the record but never marked done, so the next run retries them."""
-        path = self.trace_path(benchmark, method)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _append_lines(path, [t.to_json() for t in traces])
-        if regulator is not None:
-            from dear.regulator import decisions_json  # torch-heavy: only DEAR methods need it
-
-            _append_lines(self.regulator_path(benchmark, method), [
-                decisions_json(t.debate_id, t.question_id, regulator.get(t.debate_id, [])) for t in traces])
-        _append_lines(self.done_path, [f"{benchmark}\t{method}\t{t.question_id}" for t in traces if not t.failed])
-
-    def _latest(self, benchmark: str, method: str) -> dict[str, DebateTrace]:
-        path = self.trace_path(benchmark, method)
-        return {t.question_id: t for t in read_jsonl(path)} if path.exists() else {}
-
-    def finished(self, benchmark: str, method: str) -> set[str]:
-        """Questions whose latest trace is done and did not fail (a legacy done-list could mark failures)."""
-        done = {q for b, m, q in self.done() if b == benchmark and m == method}
-        return {q for q, t in self._latest(benchmark, method).items() if q in done and not t.failed}
-
-    def load(self, benchmark: str, method: str, question_ids: Sequence[str]) -> list[DebateTrace]:
-        """Finished traces of the given questions in question order (last write wins)."""
-        latest = self._latest(benchmark, method)
-        done = {q for b, m, q in self.done() if b == benchmark and m == method}
-        return [latest[q] for q in question_ids if q in latest and q in done]
-
-    def failures(self, benchmark: str, method: str, question_ids: Sequence[str]) -> list[tuple[str, str]]:
-        """(question id, error) of the given questions whose latest attempt failed and that are not finished."""
-        latest = self._latest(benchmark, method)
-        finished = self.finished(benchmark, method) if method != ROUND0 else set()
-        return [(q, latest[q].error or "failed") for q in question_ids
-                if q in latest and latest[q].failed and q not in finished]
-
-    def round0(self, benchmark: str) -> dict[str, DebateTrace]:
-        """The stored round 0 per question (latest row that did not fail)."""
-        path = self.round0_path(benchmark)
-        return {t.question_id: t for t in read_jsonl(path) if not t.failed} if path.exists() else {}
-
-    def append_round0(self, benchmark: str, traces: Sequence[DebateTrace]) -> None:
-        path = self.round0_path(benchmark)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _append_lines(path, [t.to_json() for t in traces])
-
-
-def _append_lines(path: Path, lines: Sequence[str]) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _check_settings(root: Path, settings: EvalSettings, report_only: bool = False) -> dict[str, Any]:
     """Refuse to mix runs with different settings in one results directory; returns the stored run.json.
 
@@ -275,18 +155,10 @@ def _check_settings(root: Path, settings: EvalSettings, report_only: bool = Fals
 
 
 # ---------------------------------------------------------------- the runner
-@dataclass
-class Collected:
-    """A results directory's report inputs: each method's results, the debates still failed per
-    (benchmark, method), the model ids in the traces, and the benchmarks whose round 0 was not stored."""
-
-    results: list[report.MethodResult]
-    failures: dict[tuple[str, str], list[tuple[str, str]]]
-    model_ids: set[str]
-    legacy: list[str]
-
-
 class Evaluator:
+    """One evaluation in a results directory: the backends (built lazily), every method's run chunk by chunk from
+    the stored round 0 (`eval.chunk_runner.ChunkRunner`), and the report (`eval.run_report.Reporter`)."""
+
     def __init__(self, settings: EvalSettings, specs: list[M.MethodSpec], ckpt: M.Checkpoint | None,
                  backend: Backend | Mapping[str, Backend] | None = None):
         self.s = settings
@@ -307,9 +179,9 @@ class Evaluator:
                                  max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout,
                                  agent_profiles=self.profiles)
         # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
-        self._density: dict[str, list[float]] = {}  # benchmark -> the random mask's per-round pair probability
-        self._frequencies: dict[str, ActionFrequencies] = {}  # benchmark -> an extended policy's random control
         self.round0_width = M.round0_width(settings.methods, settings.n_agents, settings.sc_samples)
+        self.chunks = ChunkRunner(settings, self.base, ckpt, self.results, self.backend, self.encoder)
+        self.reporter = Reporter(settings, specs, ckpt, self.results, self.questions)
 
     # -- lazily built heavy parts
     def backend(self) -> Backend | dict[str, Backend]:
@@ -362,6 +234,23 @@ class Evaluator:
         """Chunk-major order (chunk k of every benchmark and method before chunk k+1), so an evaluation cut
         short still compares all methods on the same questions. Each chunk first completes its stored round 0,
         then runs every method from it. The density-matched random mask runs last, after DEAR's chunks."""
+        plan, todo = self._plan()
+        first = [s for s in self.specs if s.selection_mode != "random" or s.kind != "dear"]
+        last = [s for s in self.specs if s not in first]
+        total = sum(len(v) for v in todo.values())
+        if total == 0:
+            log.info("nothing to do: all questions of all methods are finished")
+            return
+        timings = self.results.timings()
+        # Tokens and elapsed time move while a chunk's debates run; questions count when a method's chunk ends.
+        with LiveProgress(total, "eval", unit="q", tokens=GENERATED_TOKENS.total, enabled=self.s.progress) as bar:
+            for specs in (first, last):
+                for k, b, chunk in plan:
+                    self._run_chunk(specs, k, b, chunk, todo, timings, bar)
+        self.results.save_timings(timings)
+
+    def _plan(self) -> tuple[list[tuple[int, str, list[Question]]], dict[tuple[str, str], set[str]]]:
+        """The chunks (index, benchmark, questions) in chunk-major order, and each method's unfinished questions."""
         plan: list[tuple[int, str, list[Question]]] = []
         todo: dict[tuple[str, str], set[str]] = {}
         for b in self.s.benchmarks:
@@ -374,33 +263,26 @@ class Evaluator:
             for k in range((len(qs) + self.s.batch - 1) // self.s.batch):
                 plan.append((k, b, qs[k * self.s.batch:(k + 1) * self.s.batch]))
         plan.sort(key=lambda item: item[0])  # stable: benchmarks keep their order within a chunk
-        first = [s for s in self.specs if s.selection_mode != "random" or s.kind != "dear"]
-        last = [s for s in self.specs if s not in first]
-        total = sum(len(v) for v in todo.values())
-        if total == 0:
-            log.info("nothing to do: all questions of all methods are finished")
+        return plan, todo
+
+    def _run_chunk(self, specs: list[M.MethodSpec], k: int, b: str, chunk: list[Question],
+                   todo: dict[tuple[str, str], set[str]], timings: dict[str, float], bar: LiveProgress) -> None:
+        """Chunk k of benchmark b: its stored round 0 completed, then every method of `specs` that has not finished
+        these questions, each method's traces appended as it ends."""
+        work = {spec: [q for q in chunk if q.id in todo[(b, spec.name)]] for spec in specs}
+        need = [q for q in chunk if any(q in qs for qs in work.values())]
+        if not need:
             return
-        timings = self._timings()
-        # Tokens and elapsed time move while a chunk's debates run; questions count when a method's chunk ends.
-        with LiveProgress(total, "eval", unit="q", tokens=GENERATED_TOKENS.total, enabled=self.s.progress) as bar:
-            for specs in (first, last):
-                for k, b, chunk in plan:
-                    work = {spec: [q for q in chunk if q.id in todo[(b, spec.name)]] for spec in specs}
-                    need = [q for q in chunk if any(q in qs for qs in work.values())]
-                    if not need:
-                        continue
-                    bar.set_description(f"{b}/{ROUND0}")
-                    round0 = self._timed(timings, b, ROUND0, self._round0, b, need)
-                    for spec, qs in work.items():
-                        ready = [q for q in qs if q.id in round0]
-                        if not ready:
-                            continue
-                        bar.set_description(f"{b}/{spec.name}")
-                        traces, regulator = self._timed(timings, b, spec.name, self._run_chunk,
-                                                        spec, b, ready, k, round0)
-                        self.results.append(b, spec.name, traces, regulator)
-                        bar.update(len(ready))
-        self._save_timings(timings)
+        bar.set_description(f"{b}/{ROUND0}")
+        round0 = self._timed(timings, b, ROUND0, self._round0, b, need)
+        for spec, qs in work.items():
+            ready = [q for q in qs if q.id in round0]
+            if not ready:
+                continue
+            bar.set_description(f"{b}/{spec.name}")
+            traces, regulator = self._timed(timings, b, spec.name, self.chunks.run, spec, b, ready, k, round0)
+            self.results.append(b, spec.name, traces, regulator)
+            bar.update(len(ready))
 
     def _timed(self, timings: dict[str, float], benchmark: str, name: str, fn, *args):
         """fn(*args), its wall time added to timings[benchmark/name] (saved at once: a stop loses nothing)."""
@@ -408,7 +290,7 @@ class Evaluator:
         out = fn(*args)
         key = f"{benchmark}/{name}"
         timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
-        self._save_timings(timings)
+        self.results.save_timings(timings)
         return out
 
     def _round0(self, benchmark: str, questions: list[Question]) -> dict[str, DebateTrace]:
@@ -434,303 +316,16 @@ class Evaluator:
         # A row narrower than needed (its widening failed) waits for the retry, like a failed one.
         return {q.id: stored[q.id] for q in questions if q.id in stored and stored[q.id].n_agents >= width}
 
-    def _run_chunk(self, spec: M.MethodSpec, benchmark: str, chunk: list[Question], chunk_index: int,
-                   round0: dict[str, DebateTrace]):
-        import numpy as np
-
-        from dear.seeds import derive_seed
-
-        random_control = spec.kind == "dear" and spec.selection_mode == "random"
-        # an extended policy may stop before a round: its control matches frequencies, not one density over turns
-        frequencies = self._dear_frequencies(benchmark) if random_control and self.ckpt.extended else None
-        density = frequencies.density if frequencies else self._dear_density(benchmark) if random_control else None
-        run = M.build(spec, self.base, self.s.sc_samples, self.ckpt,
-                      self.encoder() if spec.needs_checkpoint else None,
-                      seed=derive_seed(self.s.seed, chunk_index, 0xD0),  # random-mask draws: fixed per chunk
-                      deterministic=self.s.policy_sampling == "deterministic", density=density,
-                      frequencies=frequencies)
-        if spec.needs_checkpoint and self.s.policy_sampling == "sampled":
-            import torch
-
-            torch.manual_seed(derive_seed(self.s.seed, chunk_index, 0xA5))  # sampled actions: fixed per chunk
-        engine = DebateEngine(self.backend(), run.config, weigher=self._weigher(run.config))
-        if spec.rule:  # adaptive self-consistency: each question reads its own prefix; nothing is generated
-            debates = self._rule_debates(spec, run, chunk, round0)
-        else:
-            width = run.config.n_agents
-            debates = engine.start_from_round0(chunk, [round0[q.id].rounds[0][:width] for q in chunk],
-                                               n_rounds=run.protocol.n_rounds, protocol=spec.name)
-        if isinstance(run.protocol, InterventionProtocol):  # judge / policy / regenerate / moderator
-            run.protocol.drive(engine, debates)
-        else:
-            if spec.stop_when_unanimous:
-                _stop_unanimous(debates)
-            while active := [d for d in debates if not d.done]:
-                engine.step(active, run.protocol.controls(active))
-                if spec.stop_when_unanimous:
-                    _stop_unanimous(active)
-        n_failed = sum(d.failed for d in debates)
-        if n_failed:
-            log.warning("%s/%s: %d of %d debates failed; the next run retries them", benchmark, spec.name,
-                        n_failed, len(debates))
-        traces = [d.trace for d in debates]
-        for t in traces:
-            t.protocol = spec.name
-        check_round0(benchmark, spec.name, traces, round0, self.results.round0_path(benchmark))
-        regulator = getattr(run.protocol, "records", None) if spec.needs_checkpoint else None
-        if frequencies is not None:
-            log.info("%s/%s: random policy with DEAR's per-round action frequencies %s", benchmark, spec.name,
-                     frequencies.to_json())
-        elif density is not None:
-            log.info("%s/%s: random mask with DEAR's per-round read density %s", benchmark, spec.name,
-                     np.round(density, 3).tolist())
-        return traces, regulator
-
-    def _weigher(self, config: DebateConfig) -> CertaintyWeigher | None:
-        """The belief-weighted vote's weights from the checkpoint's own evidence (None for the other rules)."""
-        if config.decision != "belief-weighted":
-            return None
-        return CertaintyWeigher(self.encoder(), self.ckpt.answer_aware if self.ckpt else 0.0)
-
-    def _rule_debates(self, spec: M.MethodSpec, run: M.MethodRun, chunk: list[Question],
-                      round0: dict[str, DebateTrace]) -> list[Debate]:
-        """The finished debates of an adaptive rule: each question's stored round 0 cut to the answers the rule
-        reads (`M.rule_width`), voted by the engine like every method (one engine per width)."""
-        widths = {q.id: M.rule_width(spec, round0[q.id].rounds[0], self.s.n_agents, self.s.sc_samples)
-                  for q in chunk}
-        debates: dict[str, Debate] = {}
-        for width in sorted(set(widths.values())):
-            group = [q for q in chunk if widths[q.id] == width]
-            engine = DebateEngine(self.backend(), replace(run.config, n_agents=width))
-            for d in engine.start_from_round0(group, [round0[q.id].rounds[0][:width] for q in group],
-                                              n_rounds=0, protocol=spec.name):
-                debates[d.question.id] = d
-        return [debates[q.id] for q in chunk]
-
-    def _dear_density(self, benchmark: str) -> list[float]:
-        """DEAR's realized per-round read density on this benchmark (all its finished debates when the random
-        mask first needs it in this run; kept for the run and recorded in run.json)."""
-        if benchmark in self._density:
-            return self._density[benchmark]
-        from dear.metrics import summarize
-
-        traces = self.results.load(benchmark, "dear", sorted(self.results.finished(benchmark, "dear")))
-        if not traces:
-            raise ValueError(f"dear-random-mask matches DEAR's per-round read density on {benchmark}, but DEAR has "
-                             f"no finished debates there: add dear to --methods or run it first")
-        density = summarize([report.trace_to_record(t) for t in traces], n_boot=1).read_density
-        if len(density) < self.s.n_rounds or any(x != x for x in density[:self.s.n_rounds]):  # NaN: round not reached
-            raise ValueError(f"DEAR's traces on {benchmark} do not cover {self.s.n_rounds} exchange rounds "
-                             f"(read density {density})")
-        self._density[benchmark] = density[:self.s.n_rounds]
-        path = Path(self.s.out) / "run.json"
-        run_json = read_json(path, "run settings") if path.exists() else {}
-        run_json.setdefault("random_mask_density", {})[benchmark] = self._density[benchmark]
-        write_json(path, run_json, indent=1)
-        return self._density[benchmark]
-
-    def _dear_frequencies(self, benchmark: str) -> ActionFrequencies:
-        """DEAR's realized per-round stop, kind and reviser read frequencies on this benchmark (an extended-action
-        policy's random control matches them; eval/action_frequencies.py), recorded in run.json."""
-        if benchmark not in self._frequencies:
-            traces = self.results.load(benchmark, "dear", sorted(self.results.finished(benchmark, "dear")))
-            if not traces:
-                raise ValueError(f"dear-random-mask matches DEAR's action frequencies on {benchmark}, but DEAR has "
-                                 f"no finished debates there: add dear to --methods or run it first")
-            self._frequencies[benchmark] = action_frequencies(traces, self.s.n_rounds)
-            path = Path(self.s.out) / "run.json"
-            run_json = read_json(path, "run settings") if path.exists() else {}
-            run_json.setdefault("random_policy_frequencies", {})[benchmark] = self._frequencies[benchmark].to_json()
-            write_json(path, run_json, indent=1)
-        return self._frequencies[benchmark]
-
-    def _timings(self) -> dict[str, float]:
-        p = Path(self.s.out) / "timings.json"
-        return read_json(p, "generation timings") if p.exists() else {}
-
-    def _save_timings(self, timings: dict[str, float]) -> None:
-        write_json(Path(self.s.out) / "timings.json", timings, indent=1)
-
-    # -- report
+    # -- report (eval/run_report.py)
     def label(self, spec: M.MethodSpec) -> str:
-        """The report's label: DEAR methods carry the policy's training world, e.g. "DEAR (sim-trained)", and an
-        extended policy's methods say so ("DEAR extended (sim-fitted)"), so a report that sets them beside the
-        paper's DEAR on the same questions (`eval.combine`) tells the two apart; a policy that observes the agents'
-        profiles says so too ("DEAR+profiles (sim-fitted)")."""
-        if not spec.needs_checkpoint or self.ckpt is None:
-            return spec.label
-        name = spec.label
-        if self.ckpt.extended:
-            # its random control draws its stop and kinds too, not only a mask
-            name = "DEAR extended random (action frequencies)" if spec.selection_mode == "random" \
-                else name.replace("DEAR", "DEAR extended", 1)
-        if self.ckpt.policy_config.profiles:
-            name = name.replace("DEAR", "DEAR+profiles", 1)
-        return f"{name} ({self.s.policy_world or self.ckpt.world})"
+        return self.reporter.label(spec)
 
     def collect(self) -> Collected:
-        """Every method's results over the questions every method finished, read from the traces; writes
-        nothing. Raises when a method's round 0 differs from the stored one (the sharing every comparison
-        relies on)."""
-        results = []
-        model_ids: set[str] = set()
-        failures: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        legacy = []
-        for b in self.s.benchmarks:
-            ids = [q.id for q in self.questions(b)]
-            loaded = {spec.name: self.results.load(b, spec.name, ids) for spec in self.specs}
-            failures[(b, ROUND0)] = self.results.failures(b, ROUND0, ids)
-            for spec in self.specs:
-                failures[(b, spec.name)] = self.results.failures(b, spec.name, ids)
-            if self.results.round0_path(b).exists():
-                round0 = self.results.round0(b)
-                for spec in self.specs:
-                    check_round0(b, spec.name, loaded[spec.name], round0, self.results.round0_path(b))
-            else:
-                legacy.append(b)
-            # Compare methods on the same questions: those every method with traces has finished.
-            present = [ts for ts in loaded.values() if ts]
-            common = set.intersection(*({t.question_id for t in ts} for ts in present)) if present else set()
-            if len(common) < len(ids):
-                log.warning("%s: reporting the %d of %d questions finished by every method", b, len(common), len(ids))
-            for spec in self.specs:
-                traces = [t for t in loaded[spec.name] if t.question_id in common]
-                if not traces:
-                    log.warning("no finished traces for %s/%s; left out of the report", b, spec.name)
-                    continue
-                model_ids.update(m for t in traces for m in t.model_ids)
-                results.append(report.evaluate(b, spec.name, self.label(spec), traces, seed=self.s.seed,
-                                               n_boot=self.s.n_boot))
-        if not results:
-            n_failed = sum(len(v) for v in failures.values())
-            raise ValueError(f"{self.s.out}: no finished debates to report"
-                             + (f" ({n_failed} failed on backend errors; run the same command again to retry them)"
-                                if n_failed else ""))
-        for (b, m), items in failures.items():
-            if items:
-                log.warning("%s/%s: %d failed debates remain (listed in summary.md; rerun the command to retry)",
-                            b, m, len(items))
-        return Collected(results, failures, model_ids, legacy)
+        return self.reporter.collect()
 
     def report(self, command: str) -> list[report.MethodResult]:
         """Summary, CSV and plots of `collect`'s results, written into the results directory."""
-        collected = self.collect()
-        results, failures, model_ids = collected.results, collected.failures, collected.model_ids
-        out = Path(self.s.out)
-        run_json = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-        synthetic = bool(self.synthetic if self.synthetic is not None else run_json.get("synthetic", False))
-        synthetic = synthetic or any(registry.is_synthetic(m) for m in model_ids)
-        report.write_csv(results, out / "summary.csv", failures=failures)
-        timings = self._timings()
-        generation = {b: sum(v for k, v in timings.items() if k.split("/", 1)[0] == b) for b in self.s.benchmarks}
-        requested = {b: len(self.questions(b)) for b in self.s.benchmarks}
-        reported = {b: max((r.summary.n for r in results if r.benchmark == b), default=0) for b in self.s.benchmarks}
-        meta = {
-            "title": "DEAR evaluation" + (" (SYNTHETIC)" if synthetic else ""),
-            "synthetic": synthetic,
-            "command": command,
-            "model": ", ".join(sorted(model_ids)) + f" (`--llm {self.s.llm}`)",
-            "checkpoint": self._checkpoint_note(),
-            "policy_sampling": self._policy_note(),
-            "seed": f"{self.s.seed} (question subset, sampling seeds, tie-breaks, bootstrap)",
-            "n": ", ".join(f"{b}: {reported[b]}" + (f" of {requested[b]} requested" if reported[b] != requested[b]
-                                                    else "") for b in self.s.benchmarks),
-            "debate": (f"V={self.s.n_agents} agents, R={self.s.n_rounds} exchange rounds, round-0/fixed sampling "
-                       f"T={self.s.temperature}, top-p={self.s.top_p}, max_tokens={self.s.max_tokens}, "
-                       f"self-consistency samples={self.s.sc_samples}, exchange layout {self.s.layout}, "
-                       f"{self.s.n_boot} bootstrap resamples"
-                       + (f", agent profiles {', '.join(self.s.agent_profiles)} (a wider round 0 continues the "
-                          f"pool in order)" if self.s.agent_profiles else "")),
-            "agent_profiles": self.s.agent_profiles,
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "wall_time": f"{sum(timings.values()) / 60:.1f} min of generation over all runs of this directory"
-                         if timings else "",
-            "failures": failures,
-            "labels": {ROUND0: "round 0 (shared)", **{spec.name: self.label(spec) for spec in self.specs}},
-            "generation_s": generation if timings else {},
-            "notes": [self._sharing_note(collected.legacy)] + [
-                f"Random-mask control on {b}: each pair read with probability {', '.join(f'{p:.3f}' for p in d)} "
-                f"in exchange rounds 1..{len(d)} (DEAR's realized read density there, drawn independently; the "
-                f"realized densities are in the read-density table)"
-                for b, d in run_json.get("random_mask_density", {}).items()
-                if b in self.s.benchmarks and "dear-random-mask" in self.s.methods],
-        }
-        md = report.markdown(results, meta, seed=self.s.seed, n_boot=self.s.n_boot)
-        regraded = report.read_regrade_record(out)
-        if regraded is not None:
-            md += "\n" + "\n".join(report.moved_note(regraded, {
-                f"{r.benchmark}/{r.method}": (r.summary.accuracy.mean, r.summary.accuracy_seeded.mean)
-                for r in results}, n_now={f"{r.benchmark}/{r.method}": r.summary.n for r in results}))
-        (out / "summary.md").write_text(md, encoding="utf-8")
-        plots.write_all(results, out, synthetic=synthetic)
-        run_json["synthetic"] = synthetic
-        write_json(out / "run.json", run_json, indent=1)
-        return results
-
-    def _sharing_note(self, legacy: list[str]) -> str:
-        if legacy:
-            return (f"Round 0 of {', '.join(legacy)} was not stored (an older eval.run wrote these traces): "
-                    "methods shared it only through the response cache, which is not verified here; answers of "
-                    "completions cut at the token limit were extracted by the older rule (last-number fallback).")
-        adaptive = ("adaptive self-consistency = the first V, then one more at a time until enough agree (at most "
-                    "n; charged only the answers it read), " if any(s.rule for s in self.specs) else "")
-        return ("Shared work: round 0 was generated once per question (traces/<benchmark>/round0.jsonl) and every "
-                "method starts from it — single CoT = agent 0, round-0 majority = the first V answers, "
-                f"self-consistency = the first n, {adaptive}the debates continue the first V; every method's round-0 "
-                "text was checked against the stored one. Every method is still charged the tokens of all its calls, "
-                "round 0 included.")
-
-    def _policy_note(self) -> str:
-        if self.ckpt is None:
-            return ""
-        if self.s.policy_sampling == "deterministic":
-            return "deterministic — the mode of the policy (pairs with p > 0.5, behavior mean)"
-        return "sampled — pairs and behavior drawn from the policy (torch seeded per chunk by --seed)"
-
-    def _checkpoint_note(self) -> str:
-        if self.ckpt is None:
-            return ""
-        c = self.ckpt
-        note = f"{c.path} (trained with {c.trained_on or 'unknown backend'}; encoder {self.s.encoder or c.encoder})"
-        if c.policy_config.actions == "extended":
-            note += " — extended action set: each agent's turn revise / keep / fresh sample, and a stop"
-        if c.decision != "last-round":
-            weighted = ", each weighted by its agent's certainty 1 − u in its round" \
-                if c.decision == "belief-weighted" else ""
-            note += (f"; its debates' final vote is `{c.decision}` (every sample the debate drew: round 0, fresh "
-                     f"samples and revisions; a kept answer does not vote twice{weighted}), the rule it was trained "
-                     "with")
-        if c.synthetic and not (self.synthetic or False):
-            note += " — **sim-to-real transfer**: the policy was trained on the synthetic sim backend"
-        return note
-
-
-def _stop_unanimous(debates: Sequence[Debate]) -> None:
-    """End every running debate whose last round is unanimous (all agents gave the same parsed answer)."""
-    for d in debates:
-        if d.done or not unanimous(d.answer_keys):
-            continue
-        d.finished = True
-        d.trace.set_vote(d.vote())
-        d.trace.decision = "last-round"  # the rule that vote took (recorded: a re-grade never guesses it)
-
-
-class Round0Mismatch(RuntimeError):
-    """A method's round 0 is not the stored one: the methods' comparison would not be paired."""
-
-
-def check_round0(benchmark: str, method: str, traces: Sequence[DebateTrace], round0: dict[str, DebateTrace],
-                 path: Path) -> None:
-    """Raise when a trace's round-0 text differs from the stored round 0 of its question (or it has none)."""
-    for t in traces:
-        stored = round0.get(t.question_id)
-        if stored is None:
-            raise Round0Mismatch(f"{benchmark}/{method}: question {t.question_id} has no stored round 0 in {path}")
-        for turn in t.rounds[0] if t.rounds else []:
-            ref = stored.rounds[0][turn.agent] if turn.agent < stored.n_agents else None
-            if ref is None or ref.text != turn.text:
-                raise Round0Mismatch(f"{benchmark}/{method}: question {t.question_id}, agent {turn.agent}: round-0 "
-                                   f"text differs from the stored round 0 in {path}; methods must share round 0")
+        return self.reporter.report(command, self.synthetic)
 
 
 def _check_sim_answers(benchmarks: list[str], specs: list[str]) -> None:

@@ -17,6 +17,7 @@ from dear import tasks
 from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_policy_args
+from dear.debate.methods import SERVED
 from dear.debate.profiles import AgentProfile, on_backend
 from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater, refuse_pot_on_sim
@@ -92,8 +93,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="largest request body accepted, in bytes or with a suffix such as 64KiB or 4MiB; "
                         "larger ones get 413 (default 4MiB)")
     p.add_argument("--model-name", default="dear",
-                   help="the model name clients send for DEAR (default dear; the baselines mad, mad-stop, sc, "
-                        "cot and majority keep theirs)")
+                   help=f"the model name clients send for DEAR (default dear; the other methods, "
+                        f"{', '.join(SERVED)}, keep theirs)")
     p.add_argument("--kind", default="numeric", choices=tasks.KINDS,
                    help="answer kind when a request names none (default numeric)")
     p.add_argument("--max-active", type=int, default=32, help="debates in flight (batched per engine step)")

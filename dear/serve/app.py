@@ -214,20 +214,24 @@ def synthetic_refusal() -> str:
             f"text (GET /v1/models says the same; a real model, e.g. --llm local, answers any question)")
 
 
-def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettings()) -> Starlette:
-    """The ASGI app around a scheduler (started on startup, closed on shutdown)."""
-    served = served_names(settings.model_name)  # model name -> method
+class _Api:
+    """The endpoints of one app: a scheduler, the settings, and the model names they serve."""
+
+    def __init__(self, scheduler: DebateScheduler, settings: ServeSettings):
+        self.scheduler, self.settings = scheduler, settings
+        self.served = served_names(settings.model_name)  # model name -> method
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
-        scheduler.start()
+    async def lifespan(self, app: Starlette):
+        self.scheduler.start()
         try:
             yield
         finally:
-            await asyncio.to_thread(scheduler.close)
+            await asyncio.to_thread(self.scheduler.close)
 
-    async def health(request: Request) -> Response:
-        body: dict[str, Any] = {"status": "ok", "model": settings.model_name, "models": list(served),
+    async def health(self, request: Request) -> Response:
+        scheduler = self.scheduler
+        body: dict[str, Any] = {"status": "ok", "model": self.settings.model_name, "models": list(self.served),
                                 **scheduler.load(),
                                 "scheduler": scheduler.stats.to_dict()}
         debater = scheduler.debater
@@ -242,24 +246,51 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             return JSONResponse(body, status_code=503)
         return JSONResponse(body)
 
-    async def models(request: Request) -> Response:
-        names = [n for name in served for n in (name, *(f"{name}:{k}" for k in KINDS))]
+    async def models(self, request: Request) -> Response:
+        ids = [n for name in self.served for n in (name, *(f"{name}:{k}" for k in KINDS))]
         # On the synthetic backend every model says which task it answers (extra fields; clients keep them).
-        task = {"task": SYNTHETIC_TASK, "answers": SYNTHETIC_ANSWERS} if scheduler.synthetic else {}
+        task = {"task": SYNTHETIC_TASK, "answers": SYNTHETIC_ANSWERS} if self.scheduler.synthetic else {}
         return JSONResponse({"object": "list", "data": [
-            {"id": n, "object": "model", "created": 0, "owned_by": "dear", **task} for n in names]})
+            {"id": n, "object": "model", "created": 0, "owned_by": "dear", **task} for n in ids]})
 
-    async def chat(request: Request) -> Response:
+    async def chat(self, request: Request) -> Response:
+        body = await self._json_body(request)
+        if isinstance(body, Response):
+            return body
+        admitted = await self._admit(body)
+        if isinstance(admitted, Response):
+            return admitted
+        params, question, request_id = admitted
+        listener = _Listener()
+        job = DebateJob(question=question, seed=params.seed, notify=listener, method=params.method,
+                        max_tokens=params.max_tokens, max_rounds=params.max_rounds)
         try:
-            body = json.loads(await _read_body(request, settings.max_body_size), parse_int=_parse_int)
+            self.scheduler.submit(job)
+        except QueueFull as e:
+            return _error(429, str(e), "rate_limit_error", code="queue_full", headers={"Retry-After": "1"})
+        except Unavailable as e:
+            return _unavailable(str(e))
+        if params.stream:
+            return await self._stream(job, listener, params, request_id)
+        return await self._complete(job, listener, params, request_id)
+
+    async def _json_body(self, request: Request) -> Any:
+        """The request's JSON body, or the error response (413, 400) that refuses it."""
+        try:
+            return json.loads(await _read_body(request, self.settings.max_body_size), parse_int=_parse_int)
         except _BodyTooLarge as e:
             return _too_large(e)
         except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, _parse_int's
             return _error(400, f"malformed JSON in the request body: {e}", "invalid_request_error")
         except RecursionError:
             return _error(400, "malformed JSON in the request body: nested too deeply", "invalid_request_error")
+
+    async def _admit(self, body: Any) -> tuple[DebateParams, Any, str] | Response:
+        """The request's parameters, its question and id, checked against the method's budget and the backend's
+        context before any agent runs; or the 400 response that refuses it."""
+        scheduler = self.scheduler
         try:
-            params = parse_request(body, served, settings.default_kind)
+            params = parse_request(body, self.served, self.settings.default_kind)
             scheduler.check_budget(params.method, params.max_tokens)
             if scheduler.synthetic and parse_header(params.question) is None:
                 raise RequestError(synthetic_refusal(), "messages")
@@ -275,20 +306,10 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             await asyncio.to_thread(scheduler.check_context, question, params.method, params.max_rounds)
         except ContextTooLong as e:
             return _context_exceeded(str(e))
-        listener = _Listener()
-        job = DebateJob(question=question, seed=params.seed, notify=listener, method=params.method,
-                        max_tokens=params.max_tokens, max_rounds=params.max_rounds)
-        try:
-            scheduler.submit(job)
-        except QueueFull as e:
-            return _error(429, str(e), "rate_limit_error", code="queue_full", headers={"Retry-After": "1"})
-        except Unavailable as e:
-            return _unavailable(str(e))
-        if params.stream:
-            return await _stream(job, listener, params, request_id)
-        return await _complete(job, listener, params, request_id)
+        return params, question, request_id
 
-    async def _complete(job: DebateJob, listener: _Listener, params: DebateParams, request_id: str) -> Response:
+    async def _complete(self, job: DebateJob, listener: _Listener, params: DebateParams,
+                        request_id: str) -> Response:
         rounds: list[dict[str, Any]] = []
         try:
             while True:
@@ -299,22 +320,22 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                     return _error(event.status, event.reason,
                                   "backend_unavailable" if event.status == 503 else "server_error")
                 else:
-                    return _finished(event, rounds, params, request_id)
+                    return self._finished(event, rounds, params, request_id)
         finally:
             job.cancelled = True  # no-op once finished; drops the debate if the client went away
 
-    def _finished(done: DebateDone, rounds: list[dict[str, Any]], params: DebateParams,
+    def _finished(self, done: DebateDone, rounds: list[dict[str, Any]], params: DebateParams,
                   request_id: str) -> Response:
         r = done.result
         if r.failed:
             return _debate_failed(r.error)
-        dear_body = _dear_summary(r, params, done) | {"rounds": rounds}
+        dear_body = self._dear_summary(r, params, done) | {"rounds": rounds}
         return JSONResponse(completion_json(request_id, params.model, r.answer or "", dear_body,
                                             usage_json(r.prompt_tokens, r.completion_tokens), FINGERPRINT,
                                             _finish_reason(done)))
 
-    def _dear_summary(r: InferenceResult, params: DebateParams, done: DebateDone) -> dict[str, Any]:
-        debater, method = scheduler.debater, scheduler.methods.get(params.method)
+    def _dear_summary(self, r: InferenceResult, params: DebateParams, done: DebateDone) -> dict[str, Any]:
+        debater, method = self.scheduler.debater, self.scheduler.methods.get(params.method)
         return {
             "answer": r.answer, "tie": r.tie, "votes": dict(r.trace.vote_counts), "kind": params.kind,
             "method": params.method, "debate_id": r.trace.debate_id, "seed": r.trace.seed,
@@ -332,7 +353,8 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             "queued_s": round(done.queued_s, 4), "debate_s": round(done.debate_s, 4),
         }
 
-    async def _stream(job: DebateJob, listener: _Listener, params: DebateParams, request_id: str) -> Response:
+    async def _stream(self, job: DebateJob, listener: _Listener, params: DebateParams,
+                      request_id: str) -> Response:
         # Wait for round 0 before answering, so a backend that is down still gets a 503 status.
         first = await listener.events.get()
         if isinstance(first, DebateFailed):
@@ -340,16 +362,13 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
             return _error(first.status, first.reason, "backend_unavailable" if first.status == 503 else "server_error")
         if isinstance(first, DebateDone) and first.result.failed:
             return _debate_failed(first.result.error)
-        return StreamingResponse(_sse(job, listener, first, params, request_id), media_type="text/event-stream",
+        return StreamingResponse(self._sse(job, listener, first, params, request_id), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def _sse(job: DebateJob, listener: _Listener, first: Event, params: DebateParams,
+    async def _sse(self, job: DebateJob, listener: _Listener, first: Event, params: DebateParams,
                    request_id: str) -> AsyncIterator[str]:
-        def sse(obj: dict[str, Any]) -> str:
-            return f"data: {json.dumps(obj)}\n\n"
-
         def chunk(delta, finish=None, dear_part=None, usage=None) -> str:
-            return sse(chunk_json(request_id, params.model, FINGERPRINT, delta, finish, dear_part, usage))
+            return _sse_line(chunk_json(request_id, params.model, FINGERPRINT, delta, finish, dear_part, usage))
 
         try:
             yield chunk({"role": "assistant", "content": ""})
@@ -359,20 +378,16 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
                     yield chunk({}, dear_part={"round": round_json(event.turns, event.control,
                                                                    params.include_texts)})
                 elif isinstance(event, DebateFailed):
-                    yield sse({"error": {"message": event.reason, "type": "backend_unavailable",
-                                         "code": event.status}})
+                    yield _sse_line({"error": {"message": event.reason, "type": "backend_unavailable",
+                                               "code": event.status}})
                     break
                 else:
                     r = event.result
                     if r.failed:
-                        if is_context_error(r.error):
-                            yield sse(json.loads(_debate_failed(r.error).body))
-                        else:
-                            yield sse({"error": {"message": f"the backend failed during the debate: {r.error}",
-                                                 "type": "backend_unavailable", "code": 503}})
+                        yield _sse_line(_failed_event(r.error))
                         break
                     yield chunk({"content": r.answer or ""})
-                    yield chunk({}, _finish_reason(event), dear_part=_dear_summary(r, params, event))
+                    yield chunk({}, _finish_reason(event), dear_part=self._dear_summary(r, params, event))
                     if params.include_usage:
                         yield chunk(None, usage=usage_json(r.prompt_tokens, r.completion_tokens))
                     break
@@ -381,10 +396,26 @@ def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettin
         finally:
             job.cancelled = True
 
-    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=["GET"]),
-              Route("/health", health, methods=["GET"])]
+
+def _sse_line(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+def _failed_event(error: str | None) -> dict[str, Any]:
+    """The stream's error event of a debate the backend failed (the body `_debate_failed` would answer)."""
+    if is_context_error(error):
+        return json.loads(_debate_failed(error).body)
+    return {"error": {"message": f"the backend failed during the debate: {error}", "type": "backend_unavailable",
+                      "code": 503}}
+
+
+def create_app(scheduler: DebateScheduler, settings: ServeSettings = ServeSettings()) -> Starlette:
+    """The ASGI app around a scheduler (started on startup, closed on shutdown)."""
+    api = _Api(scheduler, settings)
+    routes = [Route("/v1/chat/completions", api.chat, methods=["POST"]),
+              Route("/v1/models", api.models, methods=["GET"]), Route("/health", api.health, methods=["GET"])]
     middleware = [] if settings.api_key is None else [
         Middleware(AuthenticationMiddleware, backend=_BearerKey(settings.api_key), on_error=_unauthorized)]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app = Starlette(routes=routes, lifespan=api.lifespan, middleware=middleware)
     app.state.started = time.time()
     return app

@@ -1,7 +1,7 @@
 """The methods served by `model` and the budgets per request, on real `python -m dear.serve` processes on
 127.0.0.1 spoken to with the official `openai` client (helpers from tests/dear/serve/test_serve.py).
 
-- `model` picks the method: `dear` (the policy), `mad`, `mad-stop`, `sc`, `cot`, `majority`; `/v1/models` lists
+- `model` picks the method: `dear` (the policy), `cot`, `sc`, `majority`, `mad`, `mad-stop`; `/v1/models` lists
   them; an unknown model is 404 `model_not_found` naming the served ones;
 - `max_tokens` / `max_completion_tokens` is the debate's completion-token budget, `dear_max_rounds` its cap on
   exchange rounds: a debate a budget stops votes over what it has, ends with `finish_reason: "length"` and
@@ -25,7 +25,7 @@ openai = pytest.importorskip("openai")
 from dear.export import PAPER_POLICY  # noqa: E402
 from tests.dear.serve.test_serve import ask, client, dear_server, synthetic_questions  # noqa: E402
 
-METHODS = ["dear", "mad", "mad-stop", "sc", "cot", "majority"]
+METHODS = ["dear", "cot", "sc", "majority", "mad", "mad-stop"]  # the catalog's order (dear/debate/methods.py)
 PER_TURN = 512  # the server's default --max-tokens
 ROUND_WORST = 3 * PER_TURN  # V = 3 agents at the per-turn limit
 
@@ -271,11 +271,3 @@ def test_methods_and_a_token_budget_on_the_smoke_model(tmp_path):
     assert health["scheduler"]["backend_calls"] <= health["scheduler"]["steps"]
     print(f"\nsmoke: 6 methods and one budgeted debate in {time.perf_counter() - t0:.1f} s; budget {budget}, "
           f"spent {r.usage.completion_tokens} completion tokens in {len(dear['rounds'])} round(s)")
-
-
-def test_served_method_names_are_the_evaluation_harness_names():
-    """The server keeps its own copy of the names (it cannot import eval/); they must not drift apart."""
-    from dear.serve.methods import DEAR, METHODS as SERVED
-    from eval.methods import METHODS as EVALUATED
-
-    assert set(SERVED) - {DEAR} <= set(EVALUATED) and DEAR in EVALUATED
