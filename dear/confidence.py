@@ -24,6 +24,7 @@ import numpy as np
 
 from dear.llm.base import TokenLogprobs
 
+TOP_LOGPROBS = 5  # alternatives per token asked for: DeepConf's token confidence averages the top k; the margin needs 2
 WINDOW = 16  # tokens per DeepConf group (GSM8K completions are ~150-300 tokens; DeepConf's 2,048 fits long traces)
 TAIL = 32  # tokens of the tail mean
 SUMMARIES = ("mean_logprob", "lowest_group", "tail_mean", "answer_mean", "margin")

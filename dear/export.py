@@ -97,6 +97,12 @@ class ExportedPolicy:
         return float(self.manifest.get("training", {}).get("answer_aware") or 0.0)
 
     @property
+    def start_width(self) -> int | None:
+        """Samples before the policy's first decision (None: every agent answers in round 0)."""
+        value = self.manifest.get("training", {}).get("start_width")
+        return None if value is None else int(value)
+
+    @property
     def silent(self) -> bool:
         """Trained with silent turns: an agent that reads nobody keeps its answer without a model call."""
         return bool(self.manifest.get("training", {}).get("silent", False))
@@ -134,10 +140,13 @@ def build_manifest(policy: JointPolicy, encoder: str, training: dict[str, Any] |
         "fusion": cfg.fusion,
         "policy_config": {k: list(x) if isinstance(x, tuple) else x for k, x in cfg.to_dict().items()},
         "observation": {
-            "selection": {"dim": selection_obs_dim(v, cfg.actions, cfg.n_profiles, cfg.decision_features),
+            "selection": {"dim": selection_obs_dim(v, cfg.actions, cfg.n_profiles, cfg.decision_features,
+                                                       cfg.confidence_feature),
                           "layout": "per agent i in order: [b_i (V), u_i, one_hot(i) (V)]" + (
                               "; then per agent i its profile's one-hot over policy_config.profiles"
                               if cfg.n_profiles else "") + (
+                              "; then per agent i its confidence in its answer, exp(mean token log-probability) of "
+                              "the sample it holds (0 while waiting)" if cfg.confidence_feature else "") + (
                               "; then [round / R, leader's votes / V, (leader - runner-up votes) / V] over the "
                               "answers the final vote counts" if observes_decision(cfg.actions, cfg.decision_features)
                               else "")},
@@ -332,6 +341,8 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
             kinds_mode=pol.get("kinds_mode", "learned"), stop_mode=pol.get("stop_mode", "learned"),
             stop_agree=pol.get("stop_agree", 1.0), profiles=_profile_vocabulary(env),
             decision_features=bool(env.get("decision_features", False)),
+            turn_kinds=tuple(env.get("turn_kinds") or KINDS),
+            confidence_feature=bool(env.get("confidence_feature", False)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"{ckpt / 'config.yaml'}: bad env/policy section: {type(e).__name__}: {e}") from None
@@ -354,6 +365,7 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
                 "layout": env.get("layout"),  # None: a run from before the layout setting
                 "silent": bool(env.get("silent", False)), "answer_aware": float(env.get("answer_aware", 0.0)),
                 "decision": env.get("decision", "last-round"),
+                "start_width": env.get("start_width"),  # None: every agent answers in round 0
                 "sim_params": _sim_params_setting(llm) if synthetic else None}
     return export_policy(policy, out_dir, encoder, training, force=force)
 

@@ -32,7 +32,9 @@ from pathlib import Path
 from dear import tasks
 from dear.cli import command_line
 from dear.cli import run as run_cli
-from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_output_args, add_policy_args
+from dear.confidence import TOP_LOGPROBS
+from dear.debate.cli_args import (OMIT, add_backend_args, add_debate_args, add_output_args, add_policy_args,
+                                  repeatable_of)
 from dear.debate import pot
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, pot_on_synthetic_error
 from dear.debate.picture import turn_kind, write_html
@@ -44,9 +46,9 @@ from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
 from dear.llm.base import GENERATED_TOKENS
 from dear.llm.cache import CachedBackend
+from dear.llm.registry import is_synthetic, uses_llama_cpp
 from dear.progress import LiveProgress
 from dear.regulator import CertaintyWeigher, RegulatedProtocol, RegulatorRecord, decisions_json
-from dear.llm.registry import is_synthetic, uses_llama_cpp
 from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
 from dear.tasks import AnswerKind, Question
 
@@ -96,7 +98,10 @@ class RegulatedDebater:
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
                                    silent=self.exported.silent, decision=self.exported.decision,
                                    agent_profiles=profiles, sandbox_limits=sandbox_limits,
-                                   show_programs=show_programs)
+                                   show_programs=show_programs,
+                                   # a policy that observes the agents' confidence needs their log-probabilities
+                                   logprobs=TOP_LOGPROBS if self.exported.policy.config.confidence_feature else None,
+                                   start_width=self.exported.start_width)
         refuse_pot_on_sim(profiles, llm, key)  # before the encoder and the backends load
         # a policy with the profile feature checks the pool now, before a backend loads (RegulatedProtocol)
         RegulatedProtocol(policy=self.exported.policy, encoder=None, config=self.config)
@@ -207,6 +212,8 @@ def describe_turn(turn: AgentTurn) -> str:
     answer = "no answer" if turn.answer_key is None else turn.answer_key
     if kind == "keep":  # no call: the sampling the policy set was never used
         return f"agent {turn.agent}: keep (no call) -> {answer}"
+    if kind == "waiting":
+        return f"agent {turn.agent}: waiting (not answered yet, no call)"
     what = {"sample": "sample", "fresh": "fresh sample"}.get(kind)
     if what is None:
         read = ", ".join(str(j) for j in turn.peers)
@@ -254,7 +261,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--answer-field", help="gold answers in the JSONL: grade and print accuracy")
     p.add_argument("--choices-field", help="options field for --kind choice in the JSONL")
     p.add_argument("--id-field", help="question id field in the JSONL (default: line number)")
-    backend = add_backend_args(p, parallel_note="default: questions x agents, at most 16", agent_profiles=True)
+    backend = add_backend_args(p, parallel_note="default: questions x agents, at most 16 (1 with --repeatable)",
+                               agent_profiles=True, repeatable=None,
+                               repeatable_note="default: on (a few debates cost little), unless --parallel > 1")
     backend.add_argument("--cache", help="SQLite response cache (repeated runs reuse completions)")
     add_debate_args(p, n_agents=OMIT, n_rounds=None, n_rounds_note="default: the policy's training setting",
                     sampling=True, sampling_note="round 0 (the policy sets the later rounds)")
@@ -280,9 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         exported = load_exported(a.policy)
     except ExportError as e:
         raise ExportError(f"--policy: {e}") from e
-    options = {}
+    specs = backend_specs(on_backend(a.agent_profiles, a.llm)) if a.agent_profiles else [a.llm]
+    repeatable = repeatable_of(a.repeatable, specs, a.parallel)
+    options: dict[str, object] = {}
     if uses_llama_cpp(a.llm):
-        options["n_parallel"] = a.parallel or max(1, min(16, len(questions) * exported.n_agents))
+        options["n_parallel"] = 1 if repeatable else a.parallel or max(1, min(16, len(questions) * exported.n_agents))
+        if repeatable:
+            options["repeatable"] = True
         if a.n_ctx:
             options["n_ctx"] = a.n_ctx
     t0 = time.perf_counter()

@@ -86,11 +86,12 @@ def observes_decision(actions: ActionSet = "paper", decision_features: bool = Fa
 
 
 def selection_obs_dim(n_agents: int, actions: ActionSet = "paper", n_profiles: int = 0,
-                      decision_features: bool = False) -> int:
-    """The paper's V(2V+1) features, then (profile feature) V x P profile one-hots, then (`observes_decision`)
-    the decision features."""
+                      decision_features: bool = False, confidence_feature: bool = False) -> int:
+    """The paper's V(2V+1) features, then (profile feature) V x P profile one-hots, then (confidence feature) each
+    agent's confidence in its answer (V), then (`observes_decision`) the decision features."""
     decision = N_DECISION_FEATURES if observes_decision(actions, decision_features) else 0
-    return n_agents * (2 * n_agents + 1) + n_agents * n_profiles + decision
+    confidence = n_agents if confidence_feature else 0
+    return n_agents * (2 * n_agents + 1) + n_agents * n_profiles + confidence + decision
 
 
 def selection_head_dim(n_agents: int, actions: ActionSet = "paper") -> int:
@@ -298,11 +299,11 @@ class SelectionPolicy(nn.Module):
     """
 
     def __init__(self, n_agents: int, hidden: int = 64, bias_init: float = 0.0, actions: ActionSet = "paper",
-                 n_profiles: int = 0, decision_features: bool = False):
+                 n_profiles: int = 0, decision_features: bool = False, confidence_feature: bool = False):
         super().__init__()
         self.n_agents = n_agents
         self.actions = actions
-        self.obs_dim = selection_obs_dim(n_agents, actions, n_profiles, decision_features)
+        self.obs_dim = selection_obs_dim(n_agents, actions, n_profiles, decision_features, confidence_feature)
         self.n_pairs = n_pairs(n_agents)
         self.obs_norm = RunningNorm(self.obs_dim)
         self.net = _mlp(self.obs_dim, hidden, selection_head_dim(n_agents, actions), out_std=0.01)
@@ -474,6 +475,12 @@ class PolicyConfig:
     # The paper's actions also observe the decision features (round / R and how decided the vote is); the extended
     # actions always do
     decision_features: bool = False
+    # The extended actions' turn kinds the policy may choose (a subset of KINDS; the others get probability 0): a
+    # world without a model for revise turns (a sample bank replayed offline) allows keep and fresh only
+    turn_kinds: tuple[str, ...] = KINDS
+    # Observe each agent's confidence in its current answer (dear.regulator.confidence_features: the geometric-mean
+    # token probability exp(mean_logprob) of the sample it holds, 0 while waiting); the debate must ask for logprobs
+    confidence_feature: bool = False
 
     def __post_init__(self):
         if self.selection_mode not in ("learned", "full", "random"):
@@ -499,6 +506,12 @@ class PolicyConfig:
             raise ValueError(f"random_stop must be in [0, 1], got {self.random_stop}")
         self.temperature_range = tuple(float(x) for x in self.temperature_range)
         self.top_p_range = tuple(float(x) for x in self.top_p_range)
+        self.turn_kinds = tuple(str(k) for k in self.turn_kinds)
+        if not self.turn_kinds or len(set(self.turn_kinds)) != len(self.turn_kinds) \
+                or any(k not in KINDS for k in self.turn_kinds):
+            raise ValueError(f"turn_kinds must be distinct kinds of {KINDS} (at least one), got {list(self.turn_kinds)}")
+        if self.kinds_mode in KINDS and self.kinds_mode not in self.turn_kinds:
+            raise ValueError(f"kinds_mode {self.kinds_mode!r} is not among turn_kinds {list(self.turn_kinds)}")
         if self.profiles is not None:
             self.profiles = tuple(str(x) for x in self.profiles)
             if not self.profiles or len(set(self.profiles)) != len(self.profiles):
@@ -584,7 +597,8 @@ class JointPolicy(nn.Module):
         self.config = config
         self.n_agents = config.n_agents
         self.selection = SelectionPolicy(config.n_agents, config.selection_hidden, config.selection_bias_init,
-                                         config.actions, config.n_profiles, config.decision_features)
+                                         config.actions, config.n_profiles, config.decision_features,
+                                         config.confidence_feature)
         self.behavior = BehaviorPolicy(config.n_agents, config.behavior_hidden, config.log_std_init,
                                        config.n_profiles)
         self._fixed_raw = from_sampling(
@@ -632,6 +646,9 @@ class JointPolicy(nn.Module):
     def _extended_dist(self, selection_obs: torch.Tensor) -> ExtendedSelection:
         c = self.config
         dist = self.selection.extended(selection_obs)
+        if len(c.turn_kinds) < len(KINDS):  # kinds the world cannot play get probability 0 (a finite floor: no NaN)
+            barred = torch.tensor([k not in c.turn_kinds for k in KINDS], device=dist.kind_logits.device)
+            dist.kind_logits = dist.kind_logits.masked_fill(barred, -1e9)
         dist.learn_pairs = c.selection_mode == "learned"
         dist.learn_kinds = c.kinds_mode == "learned"
         dist.learn_stop = c.stop_mode == "learned"

@@ -17,6 +17,7 @@ Centralised-critic state (`state_dim(V) = V*V + 2V + 4`, every entry in [0, 1], 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from dear.belief import opinions
+from dear.confidence import record_of
 from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.debate.trace import AgentTurn
 from dear.evidence import Encoder, answer_aware_evidence, pairwise_evidence
@@ -51,6 +53,7 @@ class BeliefObservation:
     round: list[int]  # last completed round per debate
     decision: torch.Tensor | None = None  # (B, 3) `decision_features`
     profiles: torch.Tensor | None = None  # (B, V x P) the agents' profile one-hots (`profile_features`), if asked
+    confidence: torch.Tensor | None = None  # (B, V) each agent's confidence in its answer (`confidence_features`)
 
     @property
     def batch_size(self) -> int:
@@ -60,7 +63,7 @@ class BeliefObservation:
         """The selection policy's input: the paper's observation, then the profile one-hots if observed (the
         profile feature), then (`dear.policy.observes_decision`: the extended action set, whose stop needs them,
         or when asked) the decision features (the round, and how decided the vote would be if it stopped now)."""
-        parts = [self.selection_obs] + ([self.profiles] if self.profiles is not None else [])
+        parts = [self.selection_obs] + [x for x in (self.profiles, self.confidence) if x is not None]
         if observes_decision(actions, decision_features):
             if self.decision is None:
                 raise ValueError("selection_input: this observation has no decision features")
@@ -83,6 +86,31 @@ def decision_features(d: Debate) -> list[float]:
     counts = sorted(tally([t.answer_key for t in d.voters(d.decision)]).counts.values(), reverse=True) + [0, 0]
     round_frac = d.round / d.n_rounds if d.n_rounds > 0 else 1.0
     return [min(max(round_frac, 0.0), 1.0), min(counts[0] / v, 1.0), min((counts[0] - counts[1]) / v, 1.0)]
+
+
+def held_confidence(d: Debate, agent: int) -> float:
+    """The agent's confidence in the answer it holds: exp(mean token log-probability) of its latest sent turn (a kept
+    turn holds the sample it kept), 0 while it waits, has no answer or its record is missing."""
+    for turns in reversed(d.trace.rounds):
+        turn = turns[agent]
+        if turn.silent and not turn.waiting:
+            continue
+        record = record_of(turn.confidence) if turn.answer_key is not None else None
+        return math.exp(record.mean_logprob) if record is not None else 0.0
+    return 0.0
+
+
+def confidence_features(debates: Sequence[Debate]) -> torch.Tensor:
+    """(B, V) `held_confidence` of every agent; ValueError when the sent turns of a debate that did not fail carry no
+    confidence at all (the debate did not ask for log-probabilities: DebateConfig.logprobs)."""
+    rows = []
+    for d in debates:
+        sent = [t for turns in d.trace.rounds for t in turns if not t.silent]
+        if not d.failed and sent and all(t.confidence is None for t in sent):
+            raise ValueError(f"debate {d.debate_id}: the policy's confidence feature needs turns with confidence "
+                             f"records (set DebateConfig.logprobs)")
+        rows.append([held_confidence(d, i) for i in range(d.n_agents)])
+    return torch.tensor(rows, dtype=torch.float32)
 
 
 def round_evidence(rounds: Sequence[Sequence[AgentTurn]], encoder: Encoder, answer_aware: float = 0.0) -> torch.Tensor:
@@ -116,11 +144,12 @@ def profile_features(debates: Sequence[Debate], vocabulary: Sequence[str]) -> to
 
 
 def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0.0,
-            profile_vocabulary: Sequence[str] | None = None) -> BeliefObservation:
+            profile_vocabulary: Sequence[str] | None = None, confidence: bool = False) -> BeliefObservation:
     """Encode every agent's reasoning and conclusion of each debate's last round (ONE encode call) and
     turn them into beliefs, the selection observation and the critic state (`round_evidence`). Each debate's
     certainties 1 - u of that round are kept in `Debate.certainty` (the belief-weighted vote reads them).
-    With `profile_vocabulary` (a policy's profile feature) the agents' profile one-hots are observed too."""
+    With `profile_vocabulary` (a policy's profile feature) the agents' profile one-hots are observed too, and with
+    `confidence` (its confidence feature) each agent's confidence in its answer."""
     if not debates:
         raise ValueError("observe: no debates given")
     n_agents = debates[0].n_agents
@@ -151,6 +180,7 @@ def observe(debates: Sequence[Debate], encoder: Encoder, answer_aware: float = 0
         round=[d.round for d in debates],
         decision=torch.tensor([decision_features(d) for d in debates], dtype=torch.float32),
         profiles=None if profile_vocabulary is None else profile_features(debates, profile_vocabulary),
+        confidence=confidence_features(debates) if confidence else None,
     )
 
 
@@ -260,13 +290,20 @@ class RegulatedProtocol:
             if unknown:
                 raise ValueError(f"RegulatedProtocol: agent profile {unknown[0]!r} is not one the policy knows (its "
                                  f"profile feature was trained with {list(vocabulary)})")
+        if self.policy.config.confidence_feature and self.config.logprobs is None:
+            raise ValueError("RegulatedProtocol: the policy observes the agents' confidence; the debate must ask for "
+                             "log-probabilities (DebateConfig.logprobs)")
+        if self.config.start_width is not None and self.policy.config.actions != "extended":
+            raise ValueError("RegulatedProtocol: a debate that starts from fewer samples than agents needs a policy "
+                             "with the extended actions (fresh turns seat the waiting agents)")
 
     @property
     def n_rounds(self) -> int:
         return self.config.n_rounds
 
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
-        obs = observe(debates, self.encoder, self.answer_aware, self.policy.config.profiles)
+        obs = observe(debates, self.encoder, self.answer_aware, self.policy.config.profiles,
+                      self.policy.config.confidence_feature)
         pc = self.policy.config
         act = self.policy.act(obs.selection_input(pc.actions, pc.decision_features), obs.b, obs.u,
                               deterministic=self.deterministic)

@@ -5,7 +5,8 @@ One episode = one debate of `n_rounds` exchange rounds on a question drawn (seed
 
 Observation (Dict, float32, all entries in [0, 1]):
     "selection"   (V(2V+1),)  per agent [b_i, u_i, one_hot(i)]           (dear.policy.selection_observation);
-                  with profile_feature then each agent's profile one-hot (V x P, `profile_vocabulary`)
+                  with profile_feature then each agent's profile one-hot (V x P, `profile_vocabulary`),
+                  with confidence_feature then each agent's confidence in its answer (V, exp of mean token logprob)
     "belief"      (V, V)      belief masses b_ij (b_ii = 0)
     "uncertainty" (V,)        u_i
     "state"       (state_dim,) centralised-critic state                    (dear.regulator.state_dim)
@@ -18,9 +19,14 @@ Action (Dict):
                   call), 2 = fresh (an independent sample from the question alone)
     "stop"        Discrete(2): 1 ends the debate before this round (no call); the vote is taken at once, so an
                   episode has 1 .. n_rounds steps.
+`start_width` < V starts round 0 from fewer samples (the rest wait, no call, until a fresh turn seats them) and
+`turn_kinds` limits the kinds the world can play (a bank world replayed offline: keep and fresh).
+Which turns are real: with a `bank` backend round 0 and fresh turns replay the model's stored samples (each turn's
+`source` names its shelf and index, its T / top-p snapped to the bank's grid); other turns are live or simulated
+as the backend says (`info["synthetic"]`).
 `decision` picks the final vote's answers: the last round's (the paper's), every sample (all-answers), or every
 sample weighted by its agent's certainty 1 - u_i (belief-weighted, dear.regulator.CertaintyWeigher).
-Reward: 0 on intermediate steps (unless `shaping=True`); terminal
+Reward (envs/reward.py): 0 on intermediate steps (unless `shaping=True`); terminal
     score(plurality answer) - token_cost * (all prompt + completion tokens of the debate) / 1000,
 where the score is 1 when the plurality answer is correct and 1/k for a k-way tie holding the correct answer
 (the expected correctness of a tie-break, dear.vote's one tie rule),
@@ -37,7 +43,7 @@ that made agents correct.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -51,7 +57,6 @@ from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
 from dear.evidence import Encoder, make_encoder
 from dear.llm.base import Backend
-from dear.metrics import round_vote
 from dear.policy import (
     DEFAULT_TEMPERATURE_RANGE,
     DEFAULT_TOP_P_RANGE,
@@ -62,8 +67,10 @@ from dear.policy import (
     selection_obs_dim,
     to_sampling,
 )
+from dear.confidence import TOP_LOGPROBS
 from dear.regulator import BeliefObservation, CertaintyWeigher, make_controls, observe, state_dim
 from dear.tasks.types import Question
+from envs.reward import potential, shaping_term, token_penalty
 
 
 @dataclass
@@ -104,6 +111,15 @@ class DebateEnvConfig:
     # The paper's actions also observe the decision features (dear.policy: round / R, the vote's margin); the
     # extended actions always do
     decision_features: bool = False
+    # Round 0 answers with the first start_width agents (None = all); the others wait until a fresh turn seats them
+    # (DebateConfig.start_width). An adaptive sampler decides after its first sample. Extended actions only.
+    start_width: int | None = None
+    # The extended actions' turn kinds this world can play (a subset of dear.policy.KINDS): a bank world replayed
+    # offline has no model for revise turns, so it allows keep and fresh (the policy gives the others probability 0)
+    turn_kinds: tuple[str, ...] = KINDS
+    # Observe each agent's confidence in its answer (exp of its sample's mean token log-probability,
+    # dear.regulator.confidence_features); every call then asks for log-probabilities
+    confidence_feature: bool = False
 
     def __post_init__(self):
         if self.n_agents < 2:
@@ -139,6 +155,16 @@ class DebateEnvConfig:
             if named:
                 raise ValueError(f"agent_profiles[{named[0]}].backend: the env runs every agent on its one backend "
                                  f"(llm); leave the profile's backend unset")
+        self.turn_kinds = tuple(str(k) for k in self.turn_kinds)
+        if not self.turn_kinds or any(k not in KINDS for k in self.turn_kinds) \
+                or len(set(self.turn_kinds)) != len(self.turn_kinds):
+            raise ValueError(f"turn_kinds must be distinct kinds of {list(KINDS)}, got {list(self.turn_kinds)}")
+        if (self.start_width is not None or self.turn_kinds != KINDS) and self.actions != "extended":
+            raise ValueError("start_width and turn_kinds need actions='extended' (fresh turns, keeps and a stop)")
+        if self.start_width is not None and not 1 <= self.start_width <= self.n_agents:
+            raise ValueError(f"start_width must be in 1..n_agents={self.n_agents}, got {self.start_width}")
+        if self.start_width is not None and self.start_width < self.n_agents and "fresh" not in self.turn_kinds:
+            raise ValueError("start_width < n_agents needs the fresh turn kind (waiting agents join with fresh samples)")
         for name in ("shuffle_profiles", "profile_feature"):
             if getattr(self, name) and self.agent_profiles is None:
                 raise ValueError(f"{name} needs agent_profiles (a pool whose agents differ)")
@@ -152,9 +178,13 @@ class DebateEnvConfig:
 
 
     @classmethod
-    def from_keywords(cls, keywords: Mapping[str, Any]) -> DebateEnvConfig:
-        """The config from an env constructor's keyword arguments (its `locals()`; other names are ignored)."""
-        return cls(**{f.name: keywords[f.name] for f in fields(cls)})
+    def from_keywords(cls, keywords: Mapping[str, Any], env_name: str = "DebateEnvConfig") -> DebateEnvConfig:
+        """The config from an env constructor's keyword arguments; TypeError naming any that is not a field."""
+        unknown = sorted(set(keywords) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"{env_name}() got unexpected keyword arguments {unknown}; the env's settings are the "
+                            f"fields of envs.debate_env.DebateEnvConfig")
+        return cls(**keywords)
 
 
 @dataclass(frozen=True)
@@ -208,14 +238,6 @@ class ParsedAction:
     stop: bool = False  # extended actions: the debate ends before this round
 
 
-def potential(d: Debate) -> float:
-    """Φ of the shaping term: the score of the last completed round's plurality (ties as expected values).
-    It removes from the return the part fixed by round 0 (whether its plurality was right), the largest share of
-    the return's variance, without moving the optimum (module docstring)."""
-    turns = d.voters(d.decision)
-    return round_vote([t.answer_key for t in turns], [t.correct for t in turns]).score if turns else 0.0
-
-
 class DebateCore:
     """Shared machinery of `DebateEnv` and `DebateVectorEnv`: backend, encoder, engine, questions, spaces,
     action validation, observations, rewards and infos for a batch of debates."""
@@ -243,9 +265,10 @@ class DebateCore:
         self.encoder: Encoder = make_encoder(encoder) if isinstance(encoder, str) else encoder
         if questions is None:
             questions = tasks.load(cfg.task, split=cfg.split, n=cfg.n_questions, seed=cfg.seed)
-        self.questions = list(questions)
+        self.questions = [q for q in questions if self.backend.serves(q.task, q.id)]
         if not self.questions:
-            raise ValueError(f"task {cfg.task!r} split {cfg.split!r} has no questions")
+            raise ValueError(f"task {cfg.task!r} split {cfg.split!r} has no questions"
+                             + (f" that {self.backend.model_id} serves" if questions else ""))
         self.engine = DebateEngine(
             self.backend,
             DebateConfig(
@@ -259,6 +282,8 @@ class DebateCore:
                 silent=bool(cfg.silent),
                 decision=cfg.decision,
                 agent_profiles=cfg.agent_profiles,
+                start_width=cfg.start_width,
+                logprobs=TOP_LOGPROBS if cfg.confidence_feature else None,
             ),
             weigher=CertaintyWeigher(self.encoder, cfg.answer_aware),
         )
@@ -268,7 +293,8 @@ class DebateCore:
         self.observation_space = spaces.Dict(
             {
                 "selection": spaces.Box(0.0, 1.0, (selection_obs_dim(v, cfg.actions, len(cfg.profile_vocabulary or ()),
-                                                                       cfg.decision_features),), np.float32),
+                                                                       cfg.decision_features,
+                                                                       cfg.confidence_feature),), np.float32),
                 "belief": spaces.Box(0.0, 1.0, (v, v), np.float32),
                 "uncertainty": spaces.Box(0.0, 1.0, (v,), np.float32),
                 "state": spaces.Box(0.0, 1.0, (self.state_dim,), np.float32),
@@ -341,7 +367,12 @@ class DebateCore:
         stop = np.asarray(action["stop"])
         if stop.size != 1 or stop.dtype.kind not in "biu" or int(stop.reshape(-1)[0]) not in (0, 1):
             raise ValueError(f"{where}['stop'] must be 0 or 1, got {stop.tolist()}")
-        return tuple(KINDS[int(k)] for k in kinds), bool(stop.reshape(-1)[0])
+        names = tuple(KINDS[int(k)] for k in kinds)
+        barred = sorted(set(names) - set(self.config.turn_kinds))
+        if barred:
+            raise ValueError(f"{where}['kinds']: {barred} not playable in this world (turn_kinds "
+                             f"{list(self.config.turn_kinds)})")
+        return names, bool(stop.reshape(-1)[0])
 
     def controls(self, parsed: Sequence[ParsedAction]) -> list[RoundControl]:
         extended = self.config.actions == "extended"
@@ -374,7 +405,8 @@ class DebateCore:
 
     def observe(self, debates: Sequence[Debate]) -> tuple[list[dict[str, np.ndarray]], BeliefObservation]:
         """Per-debate observation dicts (float32, clipped into the [0, 1] boxes against rounding)."""
-        bo = observe(debates, self.encoder, self.config.answer_aware, self.config.profile_vocabulary)
+        bo = observe(debates, self.encoder, self.config.answer_aware, self.config.profile_vocabulary,
+                     self.config.confidence_feature)
         arrays = {
             "selection": bo.selection_input(self.config.actions, self.config.decision_features).numpy(),
             "belief": bo.b.numpy(),
@@ -407,13 +439,13 @@ class DebateCore:
         cfg = self.config
         # Φ(terminal) = 0 makes the shaping sum policy-invariant (module docstring).
         phi = 0.0 if d.done else potential(d)
-        shaping = cfg.shaping_coef * (cfg.shaping_gamma * phi - prev_correct_frac) if cfg.shaping else 0.0
+        shaping = shaping_term(cfg.shaping_coef, cfg.shaping_gamma, phi, prev_correct_frac) if cfg.shaping else 0.0
         parts: dict[str, Any] = {"reward_shaping": shaping}
         reward = shaping
         if d.done:
             correct = bool(d.trace.final_correct)
             r_correct = d.trace.final_expected  # ties as expected values (dear.vote), not the seeded pick
-            r_tokens = -cfg.token_cost * d.trace.total_tokens / 1000.0
+            r_tokens = -token_penalty(d.trace.total_tokens, cfg.token_cost)
             reward += r_correct + r_tokens
             trace = d.trace
             parts.update(
@@ -438,14 +470,6 @@ class DebateCore:
             self.backend.close()
 
 
-def temperature_range_keyword(env_name: str, temperature_range: tuple[float, float] | None,
-                              old_keywords: Mapping[str, Any]) -> tuple[float, float]:
-    """The temperature range an env constructor was given (None: the default); other keywords are refused."""
-    if old_keywords:
-        raise TypeError(f"{env_name}() got unexpected keyword arguments {sorted(old_keywords)}")
-    return tuple(temperature_range if temperature_range is not None else DEFAULT_TEMPERATURE_RANGE)
-
-
 class DebateEnv(gym.Env):
     """Single-debate POMDP (see module docstring). Registered as ``dear/Debate-v0``.
 
@@ -457,41 +481,15 @@ class DebateEnv(gym.Env):
 
     def __init__(
         self,
-        task: str = "synthetic",
-        split: str | None = None,
-        n_questions: int | None = None,
         llm: str | Backend = "sim",
         encoder: str | Encoder | None = None,
-        n_agents: int = 3,
-        n_rounds: int = 2,
-        temperature0: float = 0.7,
-        top_p0: float = 0.9,
-        temperature_range: tuple[float, float] | None = None,  # None: DEFAULT_TEMPERATURE_RANGE
-        top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
-        token_cost: float = 0.01,
-        max_tokens: int = 512,
-        shaping: bool = False,
-        shaping_coef: float = 0.1,
-        shaping_gamma: float = 1.0,
-        layout: str = DebateConfig.layout,
-        silent: bool = False,
-        answer_aware: float = 0.0,
-        behavior_map: str = "sigmoid",
-        actions: str = "paper",
-        decision: str = "last-round",
-        seed: int = 0,
-        agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
-        shuffle_profiles: bool = False,
-        profile_feature: bool = False,
-        decision_features: bool = False,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
-        **old_keywords: Any,  # none taken: a TypeError names them (the old temp_range too)
+        **knobs: Any,  # the DebateEnvConfig fields (task, n_agents, token_cost, ...), declared there only
     ):
         super().__init__()
-        temperature_range = temperature_range_keyword("DebateEnv", temperature_range, old_keywords)
-        self.config = DebateEnvConfig.from_keywords(locals())
+        self.config = DebateEnvConfig.from_keywords(knobs, "DebateEnv")
         self.core = DebateCore(
             self.config, llm=llm, encoder=encoder, questions=questions, llm_kwargs=llm_kwargs
         )
@@ -554,5 +552,3 @@ class DebateEnv(gym.Env):
     def close(self):
         self.core.close()
 
-    def config_dict(self) -> dict[str, Any]:
-        return asdict(self.config)

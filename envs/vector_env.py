@@ -42,7 +42,8 @@ from dear.llm.base import Backend
 from dear.policy import DEFAULT_TOP_P_RANGE
 from dear.regulator import BeliefObservation
 from dear.tasks.types import Question
-from envs.debate_env import DebateCore, DebateEnvConfig, potential, temperature_range_keyword
+from envs.debate_env import DebateCore, DebateEnvConfig
+from envs.reward import potential
 
 
 class DebateVectorEnv(VectorEnv):
@@ -57,40 +58,14 @@ class DebateVectorEnv(VectorEnv):
     def __init__(
         self,
         num_envs: int = 8,
-        task: str = "synthetic",
-        split: str | None = None,
-        n_questions: int | None = None,
         llm: str | Backend = "sim",
         encoder: str | Encoder | None = None,
-        n_agents: int = 3,
-        n_rounds: int = 2,
-        temperature0: float = 0.7,
-        top_p0: float = 0.9,
-        temperature_range: tuple[float, float] | None = None,  # None: DEFAULT_TEMPERATURE_RANGE
-        top_p_range: tuple[float, float] = DEFAULT_TOP_P_RANGE,
-        token_cost: float = 0.01,
-        max_tokens: int = 512,
-        shaping: bool = False,
-        shaping_coef: float = 0.1,
-        shaping_gamma: float = 1.0,
-        layout: str = DebateConfig.layout,
-        silent: bool = False,
-        answer_aware: float = 0.0,
-        behavior_map: str = "sigmoid",
-        actions: str = "paper",
-        decision: str = "last-round",
-        seed: int = 0,
-        agent_profiles: Sequence[AgentProfile | Mapping[str, Any]] | None = None,
-        shuffle_profiles: bool = False,
-        profile_feature: bool = False,
-        decision_features: bool = False,
         questions: Sequence[Question] | None = None,
         llm_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        **old_keywords: Any,  # none taken: a TypeError names them (the old temp_range too)
+        **knobs: Any,  # the DebateEnvConfig fields (task, n_agents, token_cost, ...), declared there only
     ):
-        temperature_range = temperature_range_keyword("DebateVectorEnv", temperature_range, old_keywords)
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = num_envs
@@ -99,7 +74,7 @@ class DebateVectorEnv(VectorEnv):
             raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED, got {mode}")
         self.autoreset_mode = mode
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
-        self.config = DebateEnvConfig.from_keywords(locals())
+        self.config = DebateEnvConfig.from_keywords(knobs, "DebateVectorEnv")
         self.core = DebateCore(
             self.config, llm=llm, encoder=encoder, questions=questions, llm_kwargs=llm_kwargs
         )

@@ -29,17 +29,18 @@ from pathlib import Path
 import numpy as np
 
 from dear import metrics
-from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
+from dear.bank.backend import DEFAULT_BANK as EMBEDDED_BANK
+from dear.bank.store import Bank, BankSample, Shelf, ShelfKey, shown_path
 from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
 from dear.confidence import SUMMARIES, record_of
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
 from dear.debate.sampling_rules import CONFIDENT_STOP, DEFAULT_PARAMS, RuleParams, Samples
-
 from dear.llm.registry import is_synthetic
+
 log = logging.getLogger(__name__)
 PROG = "python -m eval.bank_replay"
-DEFAULT_BANK = Path("banks/qwen2.5-coder-1.5b-instruct-q4_k_m")
+DEFAULT_BANK = Path(EMBEDDED_BANK)
 PROFILE, TEMPERATURE, TOP_P = "cot", 0.7, 0.9  # the bank's sampling setting these rules are replayed on
 BASELINE = "adaptive-sc-2-from-2"
 STOP_TAU_K = 3  # confident-stop weighs its few samples (typically 2-3) with the tau fitted for cisc-3
@@ -233,7 +234,7 @@ def markdown(r: Report) -> str:
               "not synthetic: no model was called and nothing was simulated.")
     lines = [f"# Sampling rules replayed on the sample bank: {t.key.benchmark} {t.key.split}", "",
              f"Command: `{r.command}`", "", source, "",
-             f"- bank `{r.bank.root}`; reported shelf `{t.key.name}`: {len(t.questions)} questions with at least "
+             f"- bank `{shown_path(r.bank.root)}`; reported shelf `{t.key.name}`: {len(t.questions)} questions with at least "
              f"{r.width} samples ({t.left_out} with fewer left out), each read as its first {r.width} samples;",
              f"- orders: {r.n_orders} seeded permutations per question (seed {r.seed}, from the seed and question id), "
              "the same for every rule; single CoT over the rotations (each sample first once);",

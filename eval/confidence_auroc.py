@@ -48,14 +48,15 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from dear.atomic import atomic_write_text
-from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
+from dear.bank.backend import DEFAULT_BANK as EMBEDDED_BANK
+from dear.bank.store import Bank, BankSample, Shelf, ShelfKey, shown_path
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.confidence import SUMMARIES, record_of
 from dear.vote import key_correct, tally
 
 PROG = "python -m eval.confidence_auroc"
-DEFAULT_BANK = Path("banks/qwen2.5-coder-1.5b-instruct-q4_k_m")
+DEFAULT_BANK = Path(EMBEDDED_BANK)
 DEFAULT_TEMPERATURE = 0.7
 LENGTH = "neg_completion_tokens"  # the length baseline: minus the completion's tokens
 MEASURES = (*SUMMARIES, LENGTH)
@@ -289,7 +290,7 @@ def shelf_markdown(shelf: Shelf, results: Sequence[MeasureResult]) -> list[str]:
 def markdown(bank: Bank, shelves: Sequence[Shelf], results: Sequence[MeasureResult], command: str, seed: int,
              n_boot: int) -> str:
     head = ["# How much the model knows: confidence AUROC", "",
-            f"Real model: `{bank.manifest.get('model_file')}` (bank `{bank.root}`; every bank is treated as a real "
+            f"Real model: `{bank.manifest.get('model_file')}` (bank `{shown_path(bank.root)}`; every bank is treated as a real "
             f"model's samples, synthetic = False).", "",
             f"Command: `{command}`  ", f"Seed {seed}, {n_boot} bootstrap resamples of questions (95 % percentile "
             f"intervals). AUROC: P(a correct item's value > a wrong one's); 0.5 = no knowledge. `{LENGTH}` is the "

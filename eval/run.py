@@ -44,6 +44,7 @@ from dear.debate.cli_args import (
     add_output_args,
     add_question_args,
     n_agents_of,
+    repeatable_of,
 )
 from dear.debate.profiles import as_profiles, backend_specs, on_backend
 from dear.debate.trace import DebateTrace
@@ -90,7 +91,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sc-samples", type=int, help="self-consistency samples (default V*(R+1): MAD's call budget)")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for CIs")
-    backend = add_backend_args(p, speculative=True, agent_profiles=True, sim_world=True)
+    backend = add_backend_args(p, speculative=True, agent_profiles=True, sim_world=True, repeatable=False,
+                               repeatable_note="off by default: parallel slots decode faster "
+                               "(bench/bench_repeatable.py); recorded in run.json")
     backend.add_argument("--cache", help="response cache path (default OUT/cache.sqlite)")
     backend.add_argument("--no-cache", action="store_true", help="do not use a response cache")
     add_debate_args(p, n_agents=None, n_agents_note="default: the checkpoint's, else 3", n_rounds=None,
@@ -382,7 +385,10 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         opts["n_ctx"] = a.n_ctx
     if a.speculative:
         opts["speculative"] = a.speculative
-    opts.update(_sim_world(a, backend_specs(profiles) if profiles else [x.strip() for x in a.llm.split(",")]))
+    run_specs = backend_specs(profiles) if profiles else [x.strip() for x in a.llm.split(",")]
+    if repeatable_of(a.repeatable, run_specs, a.parallel) and any(registry.uses_llama_cpp(x) for x in run_specs):
+        opts.update(n_parallel=1, repeatable=True)  # one request at a time (dear.llm.local)
+    opts.update(_sim_world(a, run_specs))
     layout = a.layout or DebateConfig.layout
     return EvalSettings(
         benchmarks=benchmarks, methods=[s.name for s in specs], n=a.n, llm=a.llm, seed=a.seed, n_agents=n_agents,

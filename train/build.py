@@ -31,6 +31,7 @@ def policy_config(cfg: TrainConfig) -> PolicyConfig:
         behavior_map=p.behavior_map, selection_bias_init=p.selection_bias_init, actions=cfg.env.actions,
         kinds_mode=p.kinds_mode, stop_mode=p.stop_mode, stop_agree=p.stop_agree,
         profiles=cfg.env.profile_vocabulary(), decision_features=cfg.env.decision_features,
+        turn_kinds=tuple(cfg.env.turn_kinds), confidence_feature=cfg.env.confidence_feature,
     )
 
 
@@ -70,12 +71,18 @@ def settle_threads(cfg: TrainConfig, resumed: bool = False) -> str | None:
 
 def make_local_backend(cfg: TrainConfig) -> Backend:
     """The backend `llm` names, in this process (wrapped in the response cache when `llm.cache` is set); a llama.cpp
-    backend decodes with `llm.threads` threads when the config fixed them (`settle_threads`)."""
+    backend decodes with `llm.threads` threads when the config fixed them (`settle_threads`), and one request at a
+    time with `llm.repeatable`."""
     from dear.llm.registry import make_backend
 
     options = backend_kwargs(cfg)
     if cfg.llm.threads is not None and uses_llama_cpp(cfg.llm.backend_spec()):
         options["n_threads"] = cfg.llm.threads
+    if cfg.llm.repeatable and uses_llama_cpp(cfg.llm.backend_spec()):
+        options.update(n_parallel=1, repeatable=True)  # one request at a time, whatever llm.options asks
+    if cfg.llm.backend_kind() == "bank":  # the bank world serves the env's questions: its task and split
+        options.setdefault("benchmark", cfg.env.task)
+        options.setdefault("split", (cfg.env.split or "train").partition("/")[0])
     backend = make_backend(cfg.llm.backend_spec(), **options)
     if cfg.llm.cache:
         from dear.llm.cache import CachedBackend
@@ -104,27 +111,36 @@ class TimedBackend(Backend):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def serves(self, task: str, question_id: str) -> bool:
+        return self.inner.serves(task, question_id)
+
     def close(self) -> None:
         self.inner.close()
 
 
+def env_knobs(cfg: TrainConfig) -> dict[str, Any]:
+    """The env's settings (envs.debate_env.DebateEnvConfig): every `env` key the config shares by name, plus what other
+    sections decide (the token limit, the seed, the discount the shaping uses, the behavior map, the profiles),
+    then `env.options`."""
+    from dataclasses import fields
+
+    from envs.debate_env import DebateEnvConfig
+
+    e = cfg.env
+    names = {f.name for f in fields(DebateEnvConfig)}
+    knobs = {f.name: getattr(e, f.name) for f in fields(e) if f.name in names}
+    knobs.update(max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed, shaping_gamma=cfg.happo.gamma,
+                 behavior_map=cfg.policy.behavior_map, agent_profiles=e.profiles(cfg.llm.backend_spec()))
+    knobs.update(e.options)
+    return knobs
+
+
 def make_vector_env(cfg: TrainConfig, backend: Backend):
     """The vector env of one rollout worker: `rollout.envs_per_worker` debates on `backend`."""
-    e = cfg.env
-    kwargs = dict(
-        num_envs=cfg.rollout.envs_per_worker, task=e.task, split=e.split, n_questions=e.n_questions, llm=backend,
-        encoder=e.encoder, n_agents=e.n_agents, n_rounds=e.n_rounds, temperature_range=e.temperature_range,
-        top_p_range=e.top_p_range, token_cost=e.token_cost, max_tokens=cfg.llm.max_tokens, seed=cfg.run.seed,
-        layout=e.layout, silent=e.silent, answer_aware=e.answer_aware, shaping=e.shaping,
-        shaping_coef=e.shaping_coef, shaping_gamma=cfg.happo.gamma, behavior_map=cfg.policy.behavior_map,
-        actions=e.actions, decision=e.decision, agent_profiles=e.profiles(cfg.llm.backend_spec()),
-        shuffle_profiles=e.shuffle_profiles, profile_feature=e.profile_feature,
-        decision_features=e.decision_features,
-    )
-    kwargs.update(e.options)
     from envs.vector_env import DebateVectorEnv
 
     # No autoreset: every chunk starts with a seeded reset and all debates end at the same step, so
     # autoreset would only generate round 0 of debates that are never stepped (a third of all LLM calls
     # at R = 2). Terminal infos then arrive in the last step's `infos` directly.
-    return DebateVectorEnv(autoreset_mode=AutoresetMode.DISABLED, **kwargs)
+    return DebateVectorEnv(num_envs=cfg.rollout.envs_per_worker, llm=backend, encoder=cfg.env.encoder,
+                           autoreset_mode=AutoresetMode.DISABLED, **env_knobs(cfg))

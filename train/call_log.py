@@ -141,6 +141,9 @@ class CallLog(Backend):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def serves(self, task: str, question_id: str) -> bool:
+        return self.inner.serves(task, question_id)
+
     def close(self) -> None:
         self.end()
         self.inner.close()

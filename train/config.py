@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 import yaml
 
-from dear.debate.engine import DebateConfig, sampling_range_errors
+from dear.debate.engine import TURN_KINDS, DebateConfig, sampling_range_errors
 from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
-from dear.llm.registry import KINDS, PRESETS, is_synthetic, kind_of
+from dear.llm.registry import KINDS, PRESETS, check_repeatable, is_synthetic, kind_of
 from dear.policy import DEFAULT_TEMPERATURE_RANGE, DEFAULT_TOP_P_RANGE
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -59,6 +59,9 @@ class LLMConfig:
     # usable core) and written here into the run's config.yaml, so --resume decodes with the same count (a seed's
     # texts depend on it)
     threads: int | None = None
+    # decode one request at a time without prompt-cache reuse (a local or smoke backend, whose n_parallel is then 1),
+    # so that a seed gives the same texts whatever else is in flight; slower (bench/bench_repeatable.py)
+    repeatable: bool = False
     # Extra keyword arguments for make_backend: flat ({n_parallel: 6}), or by backend kind ({local: {n_parallel: 6},
     # vllm: {tensor_parallel_size: 2}}) so that switching llm.preset never hands one backend another's options.
     options: dict[str, Any] = field(default_factory=dict)
@@ -135,6 +138,13 @@ class EnvSection:
     profile_feature: bool = False
     # The paper's actions also observe the decision features (round / R, the vote's margin; dear/policy.py)
     decision_features: bool = False
+    # Extended actions: round 0 answers with the first start_width agents (null = all); the others wait until a
+    # fresh turn seats them (envs/debate_env.py)
+    start_width: int | None = None
+    # Extended actions: the turn kinds the world can play (a bank world offline has no revise turns: [keep, fresh])
+    turn_kinds: list[str] = field(default_factory=lambda: list(TURN_KINDS))
+    # Observe each agent's confidence in its answer (exp of its sample's mean token log-probability)
+    confidence_feature: bool = False
 
     def profile_vocabulary(self) -> tuple[str, ...] | None:
         """The profile feature's one-hot order (the pool's distinct names, in pool order); None without it."""
@@ -270,6 +280,11 @@ class TrainConfig:
         need(self.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
         need(self.llm.threads is None or self.llm.threads >= 1, "llm.threads",
              "must be >= 1 (or null: chosen at start)")
+        if self.llm.repeatable:
+            try:
+                check_repeatable([self.llm.backend_spec()], "llm.repeatable")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         need(self.run.device == "auto" or _is_torch_device(self.run.device), "run.device",
              f"must be auto, cpu, cuda or cuda:N, got {self.run.device!r}")
         need(self.env.n_agents >= 2, "env.n_agents", "needs at least 2 agents")
@@ -304,6 +319,13 @@ class TrainConfig:
         for key in ("shuffle_profiles", "profile_feature"):
             need(not getattr(self.env, key) or self.env.agent_profiles is not None, f"env.{key}",
                  "needs env.agent_profiles (a pool whose agents differ)")
+        e = self.env
+        need(all(k in TURN_KINDS for k in e.turn_kinds) and len(set(e.turn_kinds)) == len(e.turn_kinds) > 0,
+             "env.turn_kinds", f"must be distinct kinds of {list(TURN_KINDS)}, got {e.turn_kinds!r}")
+        need(e.start_width is None or 1 <= e.start_width <= e.n_agents, "env.start_width",
+             f"must be in 1..env.n_agents={e.n_agents} (or null: all), got {e.start_width!r}")
+        for key, default in (("start_width", None), ("turn_kinds", list(TURN_KINDS))):
+            need(getattr(e, key) == default or e.actions == "extended", f"env.{key}", "needs env.actions=extended")
 
 
 def _is_torch_device(name: str) -> bool:
@@ -501,6 +523,9 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "happo.log_std_max": None,
     "happo.behavior_ratio": "joint",
     "llm.threads": None,  # runs before it chose llama.cpp's threads at start and did not record them
+    # every run before them started from V samples, could play every turn kind and did not observe confidence
+    "env.start_width": None, "env.turn_kinds": list(TURN_KINDS), "env.confidence_feature": False,
+    "llm.repeatable": False,  # runs before it decoded in llama.cpp slots (not repeatable)
 }
 
 

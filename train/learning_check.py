@@ -54,6 +54,7 @@ from dear.atomic import atomic_write_text, write_json
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.policy import JointPolicy
+from envs.reward import objective
 from train.build import policy_config
 from train.config import TrainConfig, config_names, load_config, with_settings_before_the_key
 from train.evaluate import evaluate
@@ -172,10 +173,10 @@ def _row(name: str, kind: str, m: dict[str, float], detail: str = "", eps: Seque
     """A row from `evaluate`'s metrics and its per-debate EpisodeStats (`round0`: score round 0 alone)."""
     if round0:
         scores = [e.round0_accuracy for e in eps]
-        objectives = [e.round0_accuracy - cost * e.round0_tokens / 1000 for e in eps]
+        objectives = [objective(e.round0_accuracy, e.round0_tokens, cost) for e in eps]
     else:
         scores = [e.final_score for e in eps]
-        objectives = [e.final_score - cost * e.tokens / 1000 for e in eps]
+        objectives = [objective(e.final_score, e.tokens, cost) for e in eps]
     return Row(f"{name} (synthetic)", kind, m["rollout/accuracy"], m["rollout/tokens_per_question"],
                m["rollout/completion_tokens_per_question"], m["rollout/hcr"], m["rollout/mask_density"],
                m["rollout/mean_temperature"], int(m["rollout/episodes"]), detail, [float(x) for x in scores],
@@ -193,7 +194,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
 
 def objective_of(cfg: TrainConfig, m: dict[str, float]) -> float:
     """What DEAR is trained to maximise (the env's terminal reward), from rollout metrics."""
-    return m["rollout/accuracy"] - cfg.env.token_cost * m["rollout/tokens_per_question"] / 1000
+    return objective(m["rollout/accuracy"], m["rollout/tokens_per_question"], cfg.env.token_cost)
 
 
 def best_fixed(cfg: TrainConfig, grid: Sequence[FixedPolicy], episodes: int, seed: int) -> tuple[FixedPolicy, list]:
@@ -329,8 +330,8 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
             "mean_temperature", "episodes", "detail")
     cost = float(settings.get("token_cost", math.nan))
 
-    def objective(r: dict) -> float:  # what DEAR is trained to maximise: the env's terminal reward
-        return r["accuracy"] - cost * r["tokens_per_question"] / 1000
+    def row_objective(r: dict) -> float:  # what DEAR is trained to maximise: the env's terminal reward
+        return objective(r["accuracy"], r["tokens_per_question"], cost)
 
     mad_scores = next((r.get("scores") or [] for r in rows if r["kind"] == "mad"), [])
     best_obj = next((r.get("objectives") or [] for r in rows if r["kind"] == "best-fixed"), [])
@@ -339,7 +340,7 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
         w.writerow(["synthetic", *cols, "objective", "minus_mad", "minus_mad_ci_low", "minus_mad_ci_high",
                     "objective_minus_best_fixed", "obj_minus_best_ci_low", "obj_minus_best_ci_high", "cpu_minutes"])
         for r in shown:
-            w.writerow(["true", *(r[c] for c in cols), objective(r),
+            w.writerow(["true", *(r[c] for c in cols), row_objective(r),
                         *paired_difference(r.get("scores") or [], mad_scores),
                         *paired_difference(r.get("objectives") or [], best_obj), r.get("cpu_s", 0.0) / 60])
 
@@ -362,7 +363,7 @@ def write_tables(out: Path, rows: Sequence[dict], settings: dict[str, Any], comm
         d, lo, hi = paired_difference(r.get("scores") or [], mad_scores)
         od, olo, ohi = paired_difference(r.get("objectives") or [], best_obj)
         lines.append(f"| {r['name']} | {fmt(r['accuracy'])} | {fmt(d)} [{fmt(lo)}, {fmt(hi)}] | "
-                     f"{fmt(r['tokens_per_question'], 0)} | {fmt(objective(r))} | {fmt(od)} [{fmt(olo)}, {fmt(ohi)}] | "
+                     f"{fmt(r['tokens_per_question'], 0)} | {fmt(row_objective(r))} | {fmt(od)} [{fmt(olo)}, {fmt(ohi)}] | "
                      f"{fmt(r['hcr'], 2)} | {fmt(r['mask_density'], 2)} | {fmt(r['mean_temperature'], 2)} | "
                      f"{fmt(r.get('cpu_s', 0.0) / 60, 1)} | {r['detail']} |")
     atomic_write_text(out / "table.md", "\n".join(lines) + "\n")
@@ -392,12 +393,12 @@ def write_curves(out: Path, rows: Sequence[dict], cost: float) -> None:
         it = [int(m["iteration"]) for m in metrics]
         acc = np.array([get(m, "rollout/accuracy") for m in metrics])
         tok = np.array([get(m, "rollout/tokens_per_question") for m in metrics])
-        axes[0].plot(it, acc - cost * tok / 1000, label=name)
+        axes[0].plot(it, objective(acc, tok, cost), label=name)
         axes[1].plot(it, [get(m, "rollout/mask_density") for m in metrics], label=name)
         axes[2].plot(it, [get(m, "rollout/mean_temperature") for m in metrics], label=name)
     best = next((r for r in rows if r["kind"] == "best-fixed"), None)
     if best is not None:
-        axes[0].axhline(best["accuracy"] - cost * best["tokens_per_question"] / 1000, color="k", ls="--",
+        axes[0].axhline(objective(best["accuracy"], best["tokens_per_question"], cost), color="k", ls="--",
                         label="best fixed policy, test (synthetic)")
     for ax, title in zip(axes, ("objective (synthetic)", "read density (synthetic)", "mean temperature (synthetic)")):
         ax.set_title(title)

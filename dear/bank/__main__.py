@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,11 +22,12 @@ from dear.bank.build import DEFAULT_TOP_LOGPROBS, BuildPlan, build, model_identi
 from dear.bank.store import Bank, ShelfKey
 from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
+from dear.confidence import record_of
 from dear.debate.cli_args import add_backend_args
 from dear.debate.prompts import STYLES
+from dear.llm.registry import options_for
 from dear.tasks import task_names
 
-from dear.llm.registry import options_for
 PROG = "python -m dear.bank"
 DEFAULT_BANK = Path(BANK_DIR)  # the embedded model's committed bank
 
@@ -58,19 +60,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def show(bank: Bank) -> str:
+    """One row per shelf: its size, accuracy, answer diversity (distinct answers per question, the share of samples
+    with no answer), completion tokens and the mean confidence exp(mean token log-probability). With shelves at
+    several temperatures of one benchmark and split, the rows are the real effect of T."""
     lines = [f"bank {bank.root}: model {bank.manifest['model_file']} (sha256 {bank.manifest['model_sha256'][:12]}…)",
-             "| shelf | questions | samples | accuracy | completion tokens/sample | with confidence | MB |",
-             "|---|---|---|---|---|---|---|"]
+             "| shelf | T | top-p | questions | samples | accuracy | distinct answers / question | no answer | "
+             "completion tokens / sample | mean confidence | with confidence | MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in bank.keys:
         shelf = bank.shelf(key)
-        every = [s for q in shelf.questions for s in shelf.of(q)]
+        per_question = [shelf.of(q) for q in shelf.questions]
+        every = [s for samples in per_question for s in samples]
         if not every:
             continue
         acc = 100 * sum(s.correct for s in every) / len(every)
+        distinct = sum(len({s.answer_key for s in samples if s.answer_key is not None}) for samples in per_question)
+        unanswered = 100 * sum(s.answer_key is None for s in every) / len(every)
         comp = sum(s.completion_tokens for s in every) / len(every)
-        conf = sum(bool(s.confidence) and "missing" not in s.confidence for s in every)
-        lines.append(f"| {key.name} | {len(shelf.questions)} | {len(every)} | {acc:.1f} % | {comp:.0f} | "
-                     f"{conf} | {shelf.path.stat().st_size / 1e6:.2f} |")
+        records = [r for r in (record_of(s.confidence) for s in every) if r is not None]
+        mean_conf = sum(math.exp(r.mean_logprob) for r in records) / len(records) if records else math.nan
+        lines.append(f"| {key.name} | {key.temperature:g} | {key.top_p:g} | {len(shelf.questions)} | {len(every)} | "
+                     f"{acc:.1f} % | {distinct / len(per_question):.2f} | {unanswered:.1f} % | {comp:.0f} | "
+                     f"{mean_conf:.3f} | {len(records)} | {shelf.path.stat().st_size / 1e6:.2f} |")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -30,7 +31,8 @@ from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
 from dear.llm.base import Backend, BackendError, ChatRequest, Completion
 from dear.seeds import derive_seed
 
-DEFAULT_BANK = "banks/qwen2.5-coder-1.5b-instruct-q4_k_m"  # the embedded model's committed bank (from the checkout)
+# The embedded model's committed bank, in the checkout (found from any working directory)
+DEFAULT_BANK = str(Path(__file__).resolve().parents[2] / "banks" / "qwen2.5-coder-1.5b-instruct-q4_k_m")
 MAX_ORDERS = 65_536  # debates whose order is remembered (a debate's draws all come within its own few rounds)
 BANK_SALT = 0xBA4C  # the permutation's seed = derive_seed(seed, crc of the debate id, BANK_SALT)
 
@@ -164,6 +166,13 @@ class BankBackend(Backend):
 
     def count_tokens(self, text: str) -> int:
         return self.live.count_tokens(text) if self.live is not None else super().count_tokens(text)
+
+    def serves(self, task: str, question_id: str) -> bool:
+        """A question of the shelves' benchmark with stored samples on every shelf (any, given a live backend)."""
+        if self.live is not None:
+            return self.live.serves(task, question_id)
+        return task == self.keys[0].benchmark and all(
+            self.bank.shelf(k).n_samples(question_id) > 0 for k in self.keys)
 
     def close(self) -> None:
         if self.live is not None:

@@ -20,15 +20,16 @@ from typing import Any
 
 from dear import tasks
 from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
+from dear.confidence import TOP_LOGPROBS
 from dear.debate.engine import Debate, DebateConfig, DebateEngine
 from dear.debate.profiles import AgentProfile
 from dear.debate.protocols import MajorityProtocol
 from dear.llm.base import GENERATED_TOKENS, Backend
-from dear.progress import LiveProgress
 from dear.llm.registry import model_file
+from dear.progress import LiveProgress
 
 log = logging.getLogger("dear.bank")
-DEFAULT_TOP_LOGPROBS = 5  # alternatives per token: DeepConf's token confidence averages the top k; the margin needs 2
+DEFAULT_TOP_LOGPROBS = TOP_LOGPROBS  # alternatives per token (dear/confidence.py)
 
 
 @dataclass(frozen=True)

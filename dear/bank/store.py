@@ -197,3 +197,12 @@ def group_by_question(samples: Iterable[BankSample]) -> dict[str, list[BankSampl
     for s in samples:
         out[s.question_id].append(s)
     return {q: sorted(v, key=lambda s: s.sample) for q, v in out.items()}
+
+
+def shown_path(path: Path) -> str:
+    """A bank directory as reports show it: relative to the working directory when inside it (a checkout's
+    committed bank reads the same on every machine), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

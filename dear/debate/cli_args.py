@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import enum
+from collections.abc import Sequence
 from pathlib import Path
 
 from dear.debate.profiles import EXAMPLE, FORM, AgentProfile, parse_profiles
 from dear.debate.prompts import LAYOUTS, STYLES
 from dear.llm.local import SPECULATIVE_TYPES
-from dear.llm.registry import SPECS, check_spec
+from dear.llm.registry import SPECS, check_repeatable, check_spec
 from dear.tasks import task_names
 
 Group = argparse._ArgumentGroup  # what add_argument_group returns; argparse names it only privately
@@ -95,8 +96,10 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
                      max_tokens: int | Flag = 512, max_tokens_note: str = "",
                      parallel: int | None | Flag = None, parallel_note: str = "",
                      n_ctx: int | None | Flag = None, speculative: bool = False, speculative_note: str = "",
-                     agent_profiles: bool = False, sim_world: bool = False) -> Group:
+                     agent_profiles: bool = False, sim_world: bool = False,
+                     repeatable: bool | None | Flag = OMIT, repeatable_note: str = "") -> Group:
     """--llm, --max-tokens, the llama.cpp settings --parallel, --n-ctx, --speculative (the last on request),
+    --repeatable/--no-repeatable (unless OMIT; None = on unless --parallel asks for slots, `repeatable_of`),
     --agent-profiles (on request) and the simulated backend's world, --sim-params and --sim-text-bank (on
     request; a train config's `llm.options.params_file` and `text_bank`)."""
     group = parser.add_argument_group("backend")
@@ -112,6 +115,12 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
         group.add_argument("--speculative", choices=SPECULATIVE_TYPES,
                            help=_help("llama.cpp draftless speculative decoding (local/smoke): the same answers, "
                                       "faster when replies repeat their context", speculative_note))
+    if repeatable is not OMIT:
+        group.add_argument("--repeatable", action=argparse.BooleanOptionalAction, default=repeatable,
+                           help=_help("llama.cpp (local/smoke) decodes one request at a time, without prompt-cache "
+                                      "reuse, so a seed gives the same texts whatever the machine's load (same "
+                                      "machine, model and thread count); slower than parallel slots. A no-op for "
+                                      "sim and bank, refused for openai and vllm", repeatable_note))
     if agent_profiles:
         group.add_argument("--agent-profiles", type=_agent_profiles, metavar="PROFILES",
                            help=_help(f"one profile per agent (a mixed pool), comma-separated {FORM}: BACKEND a "
@@ -127,6 +136,22 @@ def add_backend_args(parser: argparse.ArgumentParser, *, llm: str | None | Flag 
                            help="the sim backend's text bank (a fitted world's text_bank.json.gz): real "
                                 "completions its agents write")
     return group
+
+
+def repeatable_of(asked: bool | None, specs: Sequence[str], parallel: int | None = None,
+                  parallel_flag: str = "--parallel") -> bool:
+    """Whether the llama.cpp backends among `specs` decode repeatably (`LocalLlamaBackend(repeatable=True)`, one
+    slot): `asked` is --repeatable (True), --no-repeatable (False) or neither (None: on, unless `parallel`, the
+    slots `parallel_flag` asks for, is more than one). ValueError when --repeatable meets more than one slot or a
+    backend that cannot repeat (`check_repeatable`)."""
+    if asked is None:
+        return not (parallel and parallel > 1)
+    if asked:
+        if parallel and parallel > 1:
+            setting = f"{parallel_flag}{parallel}" if parallel_flag.endswith("=") else f"{parallel_flag} {parallel}"
+            raise ValueError(f"{setting} decodes requests together, --repeatable one at a time; give one of them")
+        check_repeatable(specs)
+    return bool(asked)
 
 
 def add_debate_args(parser: argparse.ArgumentParser, *, n_agents: int | None | Flag = 3, n_agents_note: str = "",

@@ -22,7 +22,7 @@ from dear import tasks
 from dear.confidence import confidence_dict
 from dear.debate import pot, prompts
 from dear.debate.profiles import AgentProfile, as_profiles, profile_at
-from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
+from dear.debate.trace import WAITING, AgentTurn, DebateTrace, voting_turns
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
 from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
 from dear.seeds import derive_seed  # noqa: F401  (re-exported: engine.derive_seed)
@@ -75,6 +75,11 @@ class DebateConfig:
     # A `pot` turn's answer is what its program printed, which is not in the completion text: its record has no
     # answer span (`answer_mean` None); the whole-completion summaries are there as for any turn.
     logprobs: int | None = None
+    # How many agents answer in round 0 (1 .. n_agents; None = all): agents start_width.. wait (no call, no answer:
+    # a turn with finish reason "waiting") until the controls give them a fresh sample. An adaptive sampler starts
+    # from one sample and decides after it; a waiting agent asked to revise joins with a fresh sample instead (it
+    # has no answer to revise), and nobody reads a waiting agent.
+    start_width: int | None = None
     # Program-of-thought agents (reply style `pot`, dear/debate/pot.py): the limits every program runs under in the
     # sandbox (dear/sandbox.py; a server's are its start-up configuration's, no request changes them), and whether
     # peers are shown a `pot` turn's program (False: only what it printed; its author always sees its own).
@@ -100,6 +105,9 @@ class DebateConfig:
             raise ValueError(f"DebateConfig.n_agents must be >= 1, got {self.n_agents}")
         if self.n_rounds < 0:
             raise ValueError(f"DebateConfig.n_rounds must be >= 0, got {self.n_rounds}")
+        if self.start_width is not None and not 1 <= self.start_width <= self.n_agents:
+            raise ValueError(f"DebateConfig.start_width must be in 1..n_agents={self.n_agents} (or None), "
+                             f"got {self.start_width}")
         if self.max_tokens < 1:
             raise ValueError(f"DebateConfig.max_tokens must be >= 1, got {self.max_tokens}")
         if not 0.0 <= self.temperature0 <= T_MAX:
@@ -123,6 +131,11 @@ class DebateConfig:
     def profile(self, agent: int) -> AgentProfile:
         """Agent `agent`'s profile (`profiles.profile_at`: the default one when there are no profiles)."""
         return profile_at(self.agent_profiles, agent)
+
+    @property
+    def round0_width(self) -> int:
+        """Agents that answer in round 0 (`start_width`, all by default)."""
+        return self.n_agents if self.start_width is None else self.start_width
 
     def agent_max_tokens(self, agent: int) -> int:
         """Agent `agent`'s completion limit: its profile's, else the debate's."""
@@ -238,9 +251,10 @@ class Debate:
 
     @property
     def n_samples(self) -> int:
-        """Independent samples drawn so far: round 0's V and every fresh turn (the next fresh sample's index)."""
+        """Independent samples drawn so far: round 0's answers (not its waiting seats) and every fresh turn (the next
+        fresh sample's index)."""
         rounds = self.trace.rounds
-        return (len(rounds[0]) if rounds else 0) + sum(t.fresh for turns in rounds[1:] for t in turns)
+        return (sum(not t.waiting for t in rounds[0]) if rounds else 0) + sum(t.fresh for turns in rounds[1:] for t in turns)
 
     @property
     def done(self) -> bool:
@@ -321,6 +335,7 @@ class _Pending:
     guidance: str | None = None
     silent: bool = False  # no model call: the turn repeats the previous one (DebateConfig.silent)
     fresh: bool = False  # an independent sample from the question alone (RoundControl.kinds)
+    waiting: bool = False  # no model call: the agent has not answered yet (DebateConfig.start_width)
 
 
 @dataclass(frozen=True)
@@ -615,7 +630,8 @@ class DebateEngine:
         for d in new:
             if d.round >= 0:
                 raise ValueError(f"advance: debate {d.debate_id} has already run round 0")
-            pending += self._round0_requests(d, range(cfg.n_agents))
+            pending += self._round0_requests(d, range(cfg.round0_width))
+            pending += [self._waiting(d, i, 0) for i in range(cfg.round0_width, cfg.n_agents)]
         for d, ctl in zip(active, controls):
             if d.done:
                 continue
@@ -774,8 +790,13 @@ class DebateEngine:
         r = d.round + 1
         next_sample = d.n_samples
         for i in range(cfg.n_agents):
-            peers = [int(j) for j in np.flatnonzero(ctl.mask[i])]
+            peers = [int(j) for j in np.flatnonzero(ctl.mask[i]) if not prev[j].waiting]
             kind = ctl.kinds[i] if ctl.kinds is not None else "revise"
+            if prev[i].waiting:  # not answered yet: it joins with a fresh sample, or keeps waiting
+                if kind == "keep":
+                    out.append(self._waiting(d, i, r))
+                    continue
+                kind = "fresh"
             if kind == "revise" and cfg.silent and not peers:  # silent turns: reading nobody keeps the answer
                 kind = "keep"
             if kind == "keep" and prev[i].error is None:
@@ -805,6 +826,11 @@ class DebateEngine:
                           own_answer=d.last_turns[agent].answer_key)
         p.silent = True
         return p
+
+    def _waiting(self, d: Debate, agent: int, round_: int) -> _Pending:
+        """A seat whose agent has not answered yet (DebateConfig.start_width): no call, no answer."""
+        p = self._request(d, agent, round_, [], self.config.temperature0, self.config.top_p0, [], 0, 0)
+        return replace(p, silent=True, waiting=True)
 
     def _count(self, backend: Backend, messages: Sequence[ChatMessage]) -> int:
         return sum(backend.count_tokens(m.content) + MSG_OVERHEAD_TOKENS for m in messages)
@@ -922,7 +948,8 @@ class DebateEngine:
     def _execute(self, pending: list[_Pending]) -> None:
         sent = [p for p in pending if not p.silent]
         generated = iter(self._generate_all(sent) if sent else [])
-        completions = [Completion(p.debate.last_turns[p.agent].text, 0, 0, "silent", 0.0) if p.silent
+        completions = [Completion("", 0, 0, WAITING, 0.0) if p.waiting
+                       else Completion(p.debate.last_turns[p.agent].text, 0, 0, "silent", 0.0) if p.silent
                        else next(generated) for p in pending]
         programs = self._run_programs(pending, completions)
         by_debate: dict[int, list[AgentTurn]] = {}
@@ -971,7 +998,9 @@ class DebateEngine:
                        fresh_completion_tokens=0 if c.cached else c.completion_tokens)
         text = c.text or ""
         profile = self._profile(p.debate, p.agent)
-        if p.silent:  # its answer is the kept turn's as graded then (a cut text stays unanswered)
+        if p.waiting:
+            graded = GradedTurn(None, None, False, "none", None)
+        elif p.silent:  # its answer is the kept turn's as graded then (a cut text stays unanswered)
             kept = p.debate.last_turns[p.agent]
             graded = GradedTurn(kept.answer, kept.answer_key, kept.correct, kept.grader, kept.program)
         else:

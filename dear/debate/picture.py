@@ -19,7 +19,8 @@ from pathlib import Path
 from dear.atomic import atomic_write_text
 from dear.debate.trace import AgentTurn, DebateTrace
 
-KIND_LABELS = {"sample": "sample", "revise": "revise", "keep": "kept, no call", "fresh": "fresh sample"}
+KIND_LABELS = {"sample": "sample", "revise": "revise", "keep": "kept, no call", "fresh": "fresh sample",
+               "waiting": "waiting, not answered yet"}
 MARK = {"correct": "\u2713", "wrong": "\u2717", "ungraded": ""}
 
 CSS = """
@@ -92,7 +93,10 @@ def verdict(correct: bool, graded: bool) -> str:
 
 
 def turn_kind(turn: AgentTurn) -> str:
-    """sample (round 0), keep (no model call), fresh (a new sample from the question alone) or revise."""
+    """waiting (not answered yet, no call), sample (round 0), keep (no model call), fresh (a new sample from the
+    question alone) or revise."""
+    if turn.waiting:
+        return "waiting"
     if turn.round == 0:
         return "sample"
     if turn.silent:

@@ -24,6 +24,7 @@ import numpy as np
 
 from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, Outcome, RuleParams, Samples, rule_outcome,
                                         stops_at_first)
+from dear.objective import objective
 
 Order = tuple[int, ...]  # sample indices in the order a rule draws them
 TAU_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -142,11 +143,11 @@ def fit_threshold(train: Sequence[ReplayQuestion], price: float, params: RulePar
         for o in q.orders:
             s = permuted(q.samples, o)
             stop, go = (rule_outcome(s, CONFIDENT_STOP, params=p) for p in (stop_p, go_p))
-            runs.append((s, stop.score - price * stop.tokens / 1000, go.score - price * go.tokens / 1000))
+            runs.append((s, objective(stop.score, stop.tokens, price), objective(go.score, go.tokens, price)))
         draws.append(runs)
 
-    def objective(threshold: float) -> float:
+    def mean_objective(threshold: float) -> float:
         return float(np.mean([np.mean([stop if stops_at_first(s, threshold) else go for s, stop, go in runs])
                               for runs in draws]))
 
-    return _best(grid, [objective(t) for t in grid])
+    return _best(grid, [mean_objective(t) for t in grid])

@@ -17,6 +17,10 @@ import numpy as np
 from dear.vote import VoteResult, key_correct, tally
 
 
+# The finish reason of a turn whose agent has not answered yet: a debate that starts from fewer samples than agents
+# (DebateConfig.start_width) seats the others waiting, with no call, no text and no answer, until a fresh turn.
+WAITING = "waiting"
+
 # AgentTurn fields written only when set (they came later; older traces and debates without profiles lack them).
 _UNSET_WHEN_NONE = ("profile", "style", "confidence", "source", "program")
 
@@ -69,6 +73,11 @@ class AgentTurn:
     # code, stdout/stderr capped, exit status, run time, verdict, the answer line it printed); None for the other
     # reply styles and a failed call (and then left out of the JSON). Re-grading reads it instead of running again.
     program: dict[str, Any] | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """The agent has not answered yet (no call so far: DebateConfig.start_width)."""
+        return self.finish_reason == WAITING
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -262,12 +271,13 @@ class DebateTrace:
 
 def voting_turns(rounds: Sequence[Sequence[AgentTurn]], decision: str = "last-round") -> list[AgentTurn]:
     """The turns whose answers vote: the last round's, or (all-answers, belief-weighted) every turn that drew a new
-    sample — all of round 0, and each later turn that was sent (a silent turn's kept answer is not a new sample)."""
+    sample — round 0's answers (not its waiting seats), and each later turn that was sent (a silent turn's kept answer
+    is not a new sample)."""
     if not rounds:
         return []
     if decision == "last-round":
         return list(rounds[-1])
-    return list(rounds[0]) + [t for turns in rounds[1:] for t in turns if not t.silent]
+    return [t for t in rounds[0] if not t.waiting] + [t for turns in rounds[1:] for t in turns if not t.silent]
 
 
 def write_jsonl(traces: Iterable[DebateTrace], path: str | Path) -> int:

@@ -152,6 +152,11 @@ class Backend(abc.ABC):
         """Token count with the backend's tokenizer where it has one; ~4 chars/token otherwise."""
         return max(1, len(text) // 4)
 
+    def serves(self, task: str, question_id: str) -> bool:
+        """Whether this backend can debate the question (a sample bank holds only its banked questions); a model
+        answers anything."""
+        return True
+
     def close(self) -> None:  # noqa: B027 (an optional hook: most backends hold nothing to free)
         """Free the backend's resources (model, server, connections)."""
 

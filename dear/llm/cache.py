@@ -185,6 +185,9 @@ class CachedBackend(Backend):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def serves(self, task: str, question_id: str) -> bool:
+        return self.inner.serves(task, question_id)
+
     def close(self) -> None:
         """Closes the database and the wrapped backend (the cache owns it)."""
         if self.enabled:

@@ -16,13 +16,13 @@ import yaml
 from dear import tasks
 from dear.cli import USER_ERRORS
 from dear.cli import run as run_cli
-from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_policy_args
+from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_policy_args, repeatable_of
 from dear.debate.methods import SERVED
-from dear.debate.profiles import AgentProfile, on_backend
+from dear.debate.profiles import AgentProfile, backend_specs, on_backend
 from dear.export import SHIPPED_POLICY, ExportError, choose_encoder, load_exported
 from dear.infer import RegulatedDebater, refuse_pot_on_sim
-from dear.serve import __doc__ as package_doc
 from dear.llm.registry import uses_llama_cpp
+from dear.serve import __doc__ as package_doc
 from dear.serve.app import DEFAULT_MAX_BODY_SIZE, SYNTHETIC_ANSWERS, ServeSettings, create_app, synthetic_example
 from dear.serve.methods import served_names
 from dear.serve.scheduler import DebateScheduler
@@ -77,7 +77,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=package_doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_policy_args(p, shipped=SHIPPED_POLICY)
-    backend = add_backend_args(p, parallel=OMIT, n_ctx=OMIT, agent_profiles=True)
+    backend = add_backend_args(p, parallel=OMIT, n_ctx=OMIT, agent_profiles=True, repeatable=False,
+                               repeatable_note="off by default: concurrent debates share parallel slots, faster")
     backend.add_argument("--cache", help="SQLite response cache")
     backend.add_argument("--llm-option", action="append", type=_llm_option, default=[], metavar="KEY=VALUE",
                          help="keyword argument for the backend (repeat), e.g. n_parallel=8, max_retries=1")
@@ -135,7 +136,11 @@ def checked_profiles(a: argparse.Namespace, n_agents: int) -> tuple[AgentProfile
 
 def backend_options(a: argparse.Namespace, n_agents: int) -> dict[str, Any]:
     options = dict(a.llm_option)
-    if uses_llama_cpp(a.llm):  # llama.cpp slots: one per agent turn of a full batch
+    specs = backend_specs(on_backend(a.agent_profiles, a.llm)) if a.agent_profiles else [a.llm]
+    repeatable = repeatable_of(a.repeatable, specs, options.get("n_parallel"), "--llm-option n_parallel=")
+    if uses_llama_cpp(a.llm) and repeatable:  # one request at a time (dear.llm.local)
+        options.update(n_parallel=1, repeatable=True)
+    elif uses_llama_cpp(a.llm):  # llama.cpp slots: one per agent turn of a full batch
         options.setdefault("n_parallel", max(1, min(16, a.max_active * n_agents)))
     return options
 

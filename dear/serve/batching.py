@@ -54,6 +54,9 @@ class SharedBatch(Backend):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def serves(self, task: str, question_id: str) -> bool:
+        return self.inner.serves(task, question_id)
+
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         with self._cv:
             gathering = self._gathering

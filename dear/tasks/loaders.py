@@ -15,6 +15,7 @@ import json
 import os
 import random
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -469,13 +470,33 @@ def subset(items: Sequence[Question], n: int | None, seed: int = 0) -> list[Ques
     return [items[i] for i in order[:n]]
 
 
+# A split may be cut in two fixed parts, `SPLIT/fit` and `SPLIT/holdout` (e.g. `train/holdout`): a question is held
+# out when the CRC-32 of its id is divisible by HOLDOUT_EVERY (a quarter of any split, the same whatever the order,
+# the n or the seed), so that policies and thresholds fitted on `train/fit` are checked on questions they never saw
+# without touching the test split.
+PARTS = ("fit", "holdout")
+HOLDOUT_EVERY = 4
+
+
+def held_out(question_id: str) -> bool:
+    """Whether a question belongs to the `holdout` part of its split."""
+    return zlib.crc32(question_id.encode("utf-8")) % HOLDOUT_EVERY == 0
+
+
 def load(name: str, split: str | None = None, n: int | None = None, seed: int = 0) -> list[Question]:
-    """Questions of a registered task (see `task_names()`); `n` takes a seeded-shuffle subset."""
+    """Questions of a registered task (see `task_names()`); `n` takes a seeded-shuffle subset. `split` may name a
+    part of a split (`train/fit`, `train/holdout`: `held_out`)."""
     name = canonical_task(name)
     spec = TASKS[name]
     if spec.generate is not None:
         return spec.generate(n, seed, split)
     split = split or spec.default_split
-    if split not in spec.splits:
-        raise ValueError(f"task {name!r} has no split {split!r}; splits: {', '.join(spec.splits)}")
-    return subset(_load_split_cached(name, split), n, seed)
+    base, _, part = split.partition("/")
+    if base not in spec.splits:
+        raise ValueError(f"task {name!r} has no split {base!r}; splits: {', '.join(spec.splits)}")
+    if part and part not in PARTS:
+        raise ValueError(f"split {split!r}: the part after '/' must be one of {', '.join(PARTS)}")
+    items = _load_split_cached(name, base)
+    if part:
+        items = tuple(q for q in items if held_out(q.id) == (part == "holdout"))
+    return subset(items, n, seed)

@@ -100,18 +100,29 @@ def test_every_cli_module_ends_in_the_one_error_rule():
 
 # ---------------------------------------------------------------- keyword arguments
 def test_env_constructors_take_every_config_field_under_its_name():
-    """Both env constructors build DebateEnvConfig from their own keywords: the names must be the config's."""
-    import inspect
+    """The env's settings are declared once (DebateEnvConfig): both constructors take its fields as keywords and
+    refuse any other name, and a training config's env section passes through under the same names
+    (train.build.env_knobs)."""
     from dataclasses import fields
 
     from envs.debate_env import DebateEnv, DebateEnvConfig
     from envs.vector_env import DebateVectorEnv
+    from train.build import env_knobs
+    from train.config import load_config
 
-    names = {f.name for f in fields(DebateEnvConfig)}
-    for env in (DebateEnv, DebateVectorEnv):
-        assert names <= set(inspect.signature(env).parameters), env.__name__
-    env = DebateEnv(n_questions=4, n_rounds=1, token_cost=0.5, seed=3)
+    env = DebateEnv(n_questions=4, n_rounds=1, token_cost=0.5, seed=3, temperature_range=(0.2, 1.0))
     assert (env.config.n_rounds, env.config.token_cost, env.config.seed) == (1, 0.5, 3)
+    with pytest.raises(TypeError, match=r"DebateEnv\(\) got unexpected keyword arguments \['temp_range'\]"):
+        DebateEnv(n_questions=4, temp_range=(0.2, 1.0))
+    with pytest.raises(TypeError, match=r"DebateVectorEnv\(\) got unexpected keyword arguments \['temprange'\]"):
+        DebateVectorEnv(num_envs=2, n_questions=4, temprange=(0.3, 1.1))
+    names = {f.name for f in fields(DebateEnvConfig)}
+    for config in ("gsm8k", "gsm8k-live", "sim", "sim-mixed"):
+        knobs = env_knobs(load_config(config))
+        assert set(knobs) <= names
+        DebateEnvConfig(**knobs)  # every shipped config's env section is a valid env
+    bank = env_knobs(load_config("gsm8k"))
+    assert (bank["start_width"], tuple(bank["turn_kinds"]), bank["confidence_feature"]) == (1, ("keep", "fresh"), True)
 
 
 def test_no_two_classes_share_a_name():

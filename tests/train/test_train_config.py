@@ -8,22 +8,22 @@ from train.config import CONFIG_DIR, ConfigError, config_from_dict, config_names
 
 
 def test_shipped_configs_load():
-    for name in ("gsm8k", "smoke", "sim"):
+    for name in ("gsm8k", "gsm8k-live", "smoke", "sim"):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # shipped configs use the current key names
             cfg = load_config(name)
         assert cfg.env.n_agents >= 2
-    assert load_config("gsm8k").llm.backend_spec() == "local"
+    assert load_config("gsm8k-live").llm.backend_spec() == "local"
     assert load_config("smoke").llm.backend_spec() == "smoke"
     assert load_config("sim-stylised").llm.synthetic
 
 
 def test_presets():
-    assert load_config("gsm8k", ["llm.preset=qwen3-8b-vllm"]).llm.backend_spec() == "vllm:Qwen/Qwen3-8B"
-    cfg = load_config("gsm8k", ["llm.preset=openai", "llm.url=http://h:8000/v1#m"])
+    assert load_config("gsm8k-live", ["llm.preset=qwen3-8b-vllm"]).llm.backend_spec() == "vllm:Qwen/Qwen3-8B"
+    cfg = load_config("gsm8k-live", ["llm.preset=openai", "llm.url=http://h:8000/v1#m"])
     assert cfg.llm.backend_spec() == "openai:http://h:8000/v1#m"
     with pytest.raises(ConfigError, match="llm.url"):
-        load_config("gsm8k", ["llm.preset=openai"])
+        load_config("gsm8k-live", ["llm.preset=openai"])
 
 
 def test_dotted_overrides_and_types():
@@ -75,7 +75,7 @@ def test_bad_values_and_unknown_config():
 def test_a_config_saved_as_a_run_saves_it_loads_back_equal():
     import yaml
 
-    cfg = load_config("gsm8k", ["run.seed=7"])
+    cfg = load_config("gsm8k-live", ["run.seed=7"])
     saved = yaml.safe_dump(cfg.to_dict(), sort_keys=False)  # a run's config.yaml (train.runner)
     assert config_from_dict(yaml.safe_load(saved)) == cfg
 
@@ -172,19 +172,19 @@ def test_every_sampling_bound_is_checked_once_for_config_and_env():
 
 
 def test_backend_options_by_kind_follow_the_chosen_backend():
-    """gsm8k.yaml's llama.cpp options sit under llm.options.local: another preset does not receive them."""
+    """gsm8k-live.yaml's llama.cpp options sit under llm.options.local: another preset does not receive them."""
     from train.build import backend_kwargs
 
-    local = load_config("gsm8k")
+    local = load_config("gsm8k-live")
     assert backend_kwargs(local) == {"n_parallel": 6, "n_ctx": 3072}
-    assert backend_kwargs(load_config("gsm8k", ["llm.preset=qwen3-8b-vllm"])) == {}
-    vllm = load_config("gsm8k", ["llm.preset=qwen3-8b-vllm", "llm.options.vllm.tensor_parallel_size=2"])
+    assert backend_kwargs(load_config("gsm8k-live", ["llm.preset=qwen3-8b-vllm"])) == {}
+    vllm = load_config("gsm8k-live", ["llm.preset=qwen3-8b-vllm", "llm.options.vllm.tensor_parallel_size=2"])
     assert backend_kwargs(vllm) == {"tensor_parallel_size": 2}
-    openai = load_config("gsm8k", ["llm.preset=openai", "llm.url=http://127.0.0.1:9/v1",
+    openai = load_config("gsm8k-live", ["llm.preset=openai", "llm.url=http://127.0.0.1:9/v1",
                                    "llm.options.openai.max_concurrency=8"])
     assert backend_kwargs(openai) == {"max_concurrency": 8}
     flat = load_config("sim-stylised", ["llm.options={fail_rate: 0.1}"])  # plain options go to whichever backend
     assert backend_kwargs(flat) == {"fail_rate": 0.1}
     with pytest.raises(ConfigError, match=r"llm.options mixes backend kinds \['local'\] with plain options "
                                           r"\['n_ctx'\]"):
-        load_config("gsm8k", ["llm.options.n_ctx=2048"])
+        load_config("gsm8k-live", ["llm.options.n_ctx=2048"])

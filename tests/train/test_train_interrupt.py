@@ -43,6 +43,9 @@ class Counting:
     def count_tokens(self, text):
         return self.inner.count_tokens(text)
 
+    def serves(self, task, question_id):
+        return self.inner.serves(task, question_id)
+
     def close(self):
         self.inner.close()
 

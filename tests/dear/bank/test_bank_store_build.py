@@ -76,6 +76,6 @@ def test_the_command_builds_shows_and_verifies(tmp_path, capsys):
     argv = ["build", "--llm", "smoke", "--benchmark", "gsm8k", "--split", "test", "--n", "1", "--samples", "2",
             "--max-tokens", "8", "--parallel", "2", "--bank", str(tmp_path), "-q"]
     assert bank_main(argv) == 0
-    assert "| gsm8k-test-cot-t0.7-p0.9-m8 | 1 | 2 |" in capsys.readouterr().out
+    assert "| gsm8k-test-cot-t0.7-p0.9-m8 | 0.7 | 0.9 | 1 | 2 |" in capsys.readouterr().out
     assert bank_main(["verify", "--bank", str(tmp_path)]) == 0
     assert "every shelf matches" in capsys.readouterr().out

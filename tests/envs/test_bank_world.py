@@ -1,0 +1,141 @@
+"""The bank world as a training env: real samples replayed, a start from one sample, the turn kinds the world can
+play, and each agent's confidence in the observation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dear import tasks
+from dear.bank.backend import BankBackend
+from dear.bank.store import Bank, BankSample, ShelfKey
+from dear.policy import KINDS, JointPolicy, PolicyConfig, selection_obs_dim
+from envs.debate_env import DebateEnv
+from tests.dear.test_extended_actions import beliefs
+
+QUESTIONS = tasks.load("gsm8k", "test", n=3)
+KEY = ShelfKey("gsm8k", "test", "cot", 0.7, 0.9, 384)
+BANKED = QUESTIONS[:2]  # the third question is not in the bank
+
+
+def _record(i: int) -> dict:
+    return {"mean_logprob": -0.1 * (i + 1), "lowest_group": 1.0, "tail_mean": -0.1, "answer_mean": None,
+            "margin": None, "n_tokens": 20, "k": 5, "window": 16, "tail": 32}
+
+
+def bank(tmp_path) -> Bank:
+    b = Bank.open(tmp_path, "m.gguf", "0" * 64)
+    shelf = b.shelf(KEY)
+    for q in BANKED:
+        shelf.append([BankSample(q.id, i, 100 + i, f"Reasoning: r{i}\nFinal answer: \\boxed{{{a}}}", a, a,
+                                 a == q.gold, "exact", 50, 20, "stop", _record(i))
+                      for i, a in enumerate([q.gold, "1", q.gold, "2", q.gold, "3", q.gold, "4"])])
+    b.record(shelf, {})
+    return b
+
+
+def env(tmp_path, **knobs) -> DebateEnv:
+    settings = dict(task="gsm8k", split="test", n_agents=3, n_rounds=2, actions="extended", decision="all-answers",
+                    start_width=1, turn_kinds=("keep", "fresh"), confidence_feature=True, max_tokens=384)
+    settings.update(knobs)
+    return DebateEnv(llm=BankBackend(bank(tmp_path), "gsm8k", "test"), encoder="hashing",
+                     questions=QUESTIONS, **settings)
+
+
+def action(kinds, stop=0) -> dict:
+    return {"mask": np.zeros(6, dtype=np.int8), "behavior": np.zeros(6, dtype=np.float32),
+            "kinds": np.array([KINDS.index(k) for k in kinds], dtype=np.int64), "stop": np.int64(stop)}
+
+
+def test_the_env_asks_only_banked_questions_and_starts_from_one_replayed_sample(tmp_path):
+    e = env(tmp_path)
+    assert [q.id for q in e.core.questions] == [q.id for q in BANKED]
+    obs, _ = e.reset(seed=0)
+    assert obs["selection"].shape == (selection_obs_dim(3, "extended", confidence_feature=True),)
+    first, *waiting = e.debate.trace.rounds[0]
+    assert first.source.startswith(f"bank:{KEY.name}#") and all(t.waiting for t in waiting)
+    index = int(first.source.rsplit("#", 1)[1])
+    confidence = obs["selection"][21:24]  # after the paper's V(2V+1) features
+    assert confidence[0] == pytest.approx(math.exp(-0.1 * (index + 1)), rel=1e-3) and (confidence[1:] == 0).all()
+
+
+def test_fresh_turns_replay_distinct_samples_and_a_revise_is_refused(tmp_path):
+    e = env(tmp_path)
+    e.reset(seed=1)
+    e.step(action(("keep", "fresh", "fresh")))
+    _, reward, done, _, info = e.step(action(("fresh", "keep", "fresh")))
+    sources = [t.source for t in e.debate.voters("all-answers")]
+    assert done and len(sources) == len(set(sources)) == 5  # 1 + 2 + 2 samples, none drawn twice
+    assert info["tokens_total"] == sum(t.prompt_tokens + t.completion_tokens for t in e.debate.voters("all-answers"))
+    e.reset(seed=2)
+    with pytest.raises(ValueError, match=r"\['revise'\] not playable"):
+        e.step(action(("revise", "keep", "keep")))
+
+
+def test_a_policy_never_picks_a_kind_the_world_cannot_play():
+    torch.manual_seed(0)
+    policy = JointPolicy(PolicyConfig(n_agents=3, actions="extended", turn_kinds=("keep", "fresh"),
+                                      confidence_feature=True))
+    obs = torch.rand(256, selection_obs_dim(3, "extended", confidence_feature=True))
+    b, u = beliefs(256)
+    act = policy.act(obs, b, u)
+    assert not (act.kinds == KINDS.index("revise")).any() and (act.kinds == KINDS.index("fresh")).any()
+    assert torch.isfinite(act.entropy_selection).all()
+    with pytest.raises(ValueError, match="turn_kinds"):
+        PolicyConfig(actions="extended", turn_kinds=("swap",))
+
+
+def test_the_world_checks_its_settings(tmp_path):
+    with pytest.raises(ValueError, match="start_width"):
+        env(tmp_path, start_width=4)
+    with pytest.raises(ValueError, match="need actions='extended'"):
+        env(tmp_path, actions="paper")
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['start_wdith'\]"):
+        env(tmp_path, start_wdith=1)
+
+
+def test_single_cot_is_a_setting_of_the_policy_that_starts_from_one_sample(tmp_path):
+    """Start from one sample and stop at once (stop when the leader holds 1/V): the vote is the first sample's
+    answer at the first sample's tokens, as a single chain of thought."""
+    e = env(tmp_path)
+    policy = JointPolicy(PolicyConfig(n_agents=3, actions="extended", turn_kinds=("keep", "fresh"),
+                                      confidence_feature=True, kinds_mode="fresh-one", stop_mode="agree",
+                                      stop_agree=1 / 3, behavior_mode="fixed"))
+    for seed in range(4):
+        obs, _ = e.reset(seed=seed)
+        first = e.debate.trace.rounds[0][0]
+        act = policy.act(torch.as_tensor(obs["selection"])[None], torch.as_tensor(obs["belief"])[None],
+                         torch.as_tensor(obs["uncertainty"])[None], deterministic=True)
+        step = {k: v[0] for k, v in act.env_action().items()}
+        _, _, done, _, info = e.step(step)
+        assert done and info["final_answer"] == first.answer_key
+        assert info["tokens_total"] == first.prompt_tokens + first.completion_tokens
+
+
+def test_the_quick_preset_trains_in_the_bank_world_exports_and_debates(tmp_path):
+    """`--config gsm8k-quick` in small on the committed bank (real replayed samples): the exported policy starts from
+    one sample, asks for log-probabilities and never revises when it debates at inference time."""
+    from dear.export import export_checkpoint, load_exported
+    from dear.infer import RegulatedDebater
+    from tests.dear.debate.test_debate_engine import FakeBackend
+    from train.config import load_config
+    from train.runner import Trainer
+
+    cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=16",
+                                      f"run.out_dir={tmp_path}", "logging.progress=false"])
+    trainer = Trainer(cfg)
+    try:
+        result = trainer.train()
+    finally:
+        trainer.close()
+    exported = load_exported(export_checkpoint(result.run_dir, tmp_path / "policy"))
+    assert exported.start_width == 1 and exported.policy.config.turn_kinds == ("keep", "fresh")
+    backend = FakeBackend()
+    debater = RegulatedDebater(exported, backend, encoder="hashing", allow_encoder_mismatch=True)
+    assert debater.config.start_width == 1 and debater.config.logprobs is not None
+    (out,) = debater.run([tasks.load("gsm8k", "test", n=1)[0]])
+    assert len(backend.calls[0]) == 1  # round 0 is one sample
+    assert not any(t.peers for turns in out.trace.rounds for t in turns)  # nobody revises reading peers

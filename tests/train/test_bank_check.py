@@ -1,0 +1,56 @@
+"""The learning check in the bank world: its rule grid, the held-out part of the train split, and a small check run
+end to end on the committed bank of the embedded model (real replayed samples)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dear import tasks
+from train.bank_check import NAMED, Rule, max_samples, rule_grid, run_price
+
+
+def test_the_train_split_has_a_fixed_held_out_quarter():
+    fit, holdout = tasks.load("gsm8k", "train/fit"), tasks.load("gsm8k", "train/holdout")
+    ids = {q.id for q in tasks.load("gsm8k", "train")}
+    assert {q.id for q in fit} | {q.id for q in holdout} == ids and not {q.id for q in fit} & {q.id for q in holdout}
+    assert 0.2 < len(holdout) / len(ids) < 0.3
+    assert [q.id for q in tasks.load("gsm8k", "train/holdout", n=5, seed=1)] == \
+        [q.id for q in tasks.load("gsm8k", "train/holdout", n=5, seed=1)]
+    assert all(tasks.held_out(q.id) for q in tasks.load("gsm8k", "train/holdout", n=20, seed=3))
+    with pytest.raises(ValueError, match="part after '/'"):
+        tasks.load("gsm8k", "train/dev")
+
+
+def test_the_grid_holds_every_named_rule_once():
+    grid = rule_grid(3, 2, 8)
+    assert len(grid) == len(set(grid)) == 3 * 4 + 2 * 3  # start 3 with every agent fresh needs 9 samples
+    assert set(NAMED) <= set(grid) and all(max_samples(r, 3, 2) <= 8 for r in grid)
+    assert Rule(1, "fresh-one", 1).label == "start 1, fresh-one, stop at once"
+
+
+def test_a_small_check_runs_on_the_committed_bank(tmp_path):
+    overrides = ["env.encoder=hashing", "run.iterations=1", "rollout.envs_per_worker=8",
+                 "rollout.episodes_per_iter=8"]
+    rows = run_price("gsm8k", overrides, 0.05, [1], tmp_path, episodes=8, eval_seed=3, select_episodes=4)
+    kinds = sorted(r["kind"] for r in rows)
+    assert kinds == ["best-fixed", "dear", *["rule"] * len(NAMED)]
+    single = next(r for r in rows if r["name"] == "single CoT")
+    sc7 = next(r for r in rows if r["name"] == "SC-7")
+    assert single["tokens_per_question"] < sc7["tokens_per_question"]  # one sample against seven
+    assert all(len(r["objectives"]) == 8 for r in rows)
+    table = (tmp_path / "table.md").read_text()
+    assert "best fixed rule" in table and "synthetic" not in table.lower()
+    assert json.loads((tmp_path / "settings.json").read_text())["token_cost"] == 0.05
+
+
+def test_differences_are_clustered_by_question():
+    from train.bank_check import by_question_difference
+
+    # two questions: one where the row wins by 1 on each of its 9 debates, one where it loses by 1 once
+    a = [1.0] * 9 + [0.0]
+    b = [0.0] * 9 + [1.0]
+    mean, low, high = by_question_difference(a, b, ["q1"] * 9 + ["q2"])
+    assert mean == 0.0 and low <= -0.9 and high >= 0.9  # two questions, not ten debates: nothing is settled
+    assert by_question_difference([1.0], [0.0], ["q1"])[0] != by_question_difference([1.0], [0.0], ["q1"])[0]  # nan
