@@ -56,7 +56,7 @@ from dear.debate.profiles import AgentProfile, as_profiles, feature_vocabulary
 from dear.debate.prompts import LAYOUTS
 from dear.debate.trace import DebateTrace
 from dear.evidence import Encoder, make_encoder
-from dear.llm.base import Backend
+from dear.llm.base import Backend, serves
 from dear.policy import (
     DEFAULT_TEMPERATURE_RANGE,
     DEFAULT_TOP_P_RANGE,
@@ -265,7 +265,7 @@ class DebateCore:
         self.encoder: Encoder = make_encoder(encoder) if isinstance(encoder, str) else encoder
         if questions is None:
             questions = tasks.load(cfg.task, split=cfg.split, n=cfg.n_questions, seed=cfg.seed)
-        self.questions = [q for q in questions if self.backend.serves(q.task, q.id)]
+        self.questions = [q for q in questions if serves(self.backend, q.task, q.id)]
         if not self.questions:
             raise ValueError(f"task {cfg.task!r} split {cfg.split!r} has no questions"
                              + (f" that {self.backend.model_id} serves" if questions else ""))

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.base import Backend, ChatRequest, Completion, serves
 from dear.llm.registry import uses_llama_cpp
 from dear.policy import JointPolicy, PolicyConfig
 from train.config import TrainConfig
@@ -112,7 +112,7 @@ class TimedBackend(Backend):
         return self.inner.count_tokens(text)
 
     def serves(self, task: str, question_id: str) -> bool:
-        return self.inner.serves(task, question_id)
+        return serves(self.inner, task, question_id)
 
     def close(self) -> None:
         self.inner.close()

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.base import Backend, ChatRequest, Completion, serves
 from dear.llm.cache import cache_key
 
 
@@ -142,7 +142,7 @@ class CallLog(Backend):
         return self.inner.count_tokens(text)
 
     def serves(self, task: str, question_id: str) -> bool:
-        return self.inner.serves(task, question_id)
+        return serves(self.inner, task, question_id)
 
     def close(self) -> None:
         self.end()

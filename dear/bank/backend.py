@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion, serves
 from dear.seeds import derive_seed
 
 # The embedded model's committed bank, in the checkout (found from any working directory)
@@ -170,7 +170,7 @@ class BankBackend(Backend):
     def serves(self, task: str, question_id: str) -> bool:
         """A question of the shelves' benchmark with stored samples on every shelf (any, given a live backend)."""
         if self.live is not None:
-            return self.live.serves(task, question_id)
+            return serves(self.live, task, question_id)
         return task == self.keys[0].benchmark and all(
             self.bank.shelf(k).n_samples(question_id) > 0 for k in self.keys)
 

@@ -165,3 +165,9 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def serves(backend: object, task: str, question_id: str) -> bool:
+    """`backend.serves(task, question_id)`, True for a duck-typed backend without the method (it answers anything)."""
+    method = getattr(backend, "serves", None)
+    return True if method is None else bool(method(task, question_id))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion, serves
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class CachedBackend(Backend):
         return self.inner.count_tokens(text)
 
     def serves(self, task: str, question_id: str) -> bool:
-        return self.inner.serves(task, question_id)
+        return serves(self.inner, task, question_id)
 
     def close(self) -> None:
         """Closes the database and the wrapped backend (the cache owns it)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion, serves
 
 
 @dataclass(eq=False)
@@ -55,7 +55,7 @@ class SharedBatch(Backend):
         return self.inner.count_tokens(text)
 
     def serves(self, task: str, question_id: str) -> bool:
-        return self.inner.serves(task, question_id)
+        return serves(self.inner, task, question_id)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         with self._cv:
