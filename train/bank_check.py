@@ -41,8 +41,8 @@ from scipy import stats
 from dear.atomic import atomic_write_text
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
-from dear.objective import objective
 from dear.policy import JointPolicy
+from envs.reward import objective
 from train.build import policy_config
 from train.config import TrainConfig, load_config
 from train.evaluate import evaluate

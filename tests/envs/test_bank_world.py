@@ -139,3 +139,22 @@ def test_the_quick_preset_trains_in_the_bank_world_exports_and_debates(tmp_path)
     (out,) = debater.run([tasks.load("gsm8k", "test", n=1)[0]])
     assert len(backend.calls[0]) == 1  # round 0 is one sample
     assert not any(t.peers for turns in out.trace.rounds for t in turns)  # nobody revises reading peers
+
+
+def test_the_committed_bank_policy_debates_on_a_real_model_with_its_confidence(smoke_backend):
+    """The exported bank-world policy (results/policy-bank-gsm8k-p0.05) at inference time on a real llama.cpp model
+    (the smoke model: its answers are nonsense, the plumbing is real): one sample first, every sent turn with a
+    confidence record from real log-probabilities, and no revise turn."""
+    from dear.export import load_exported
+    from dear.infer import RegulatedDebater
+    from tests import ROOT
+
+    exported = load_exported(ROOT / "results" / "policy-bank-gsm8k-p0.05")
+    debater = RegulatedDebater(exported, smoke_backend, encoder="hashing", allow_encoder_mismatch=True,
+                               max_tokens=24)
+    (out,) = debater.run([tasks.load("gsm8k", "test", n=1)[0]])
+    first, *waiting = out.trace.rounds[0]
+    assert not first.waiting and all(t.waiting for t in waiting)
+    sent = [t for turns in out.trace.rounds for t in turns if not t.silent]
+    assert sent and all(t.confidence is not None and "missing" not in t.confidence for t in sent)
+    assert not any(t.peers for t in sent)
