@@ -25,23 +25,19 @@ from dear.debate import DebateConfig, DebateEngine, MADProtocol, summarize
 from dear.debate.cli_args import OMIT, add_backend_args, add_debate_args, add_question_args
 from dear.llm.base import Backend, ChatMessage, ChatRequest, Completion
 from dear.llm.registry import make_backend, options_for
+from dear.llm.wrapper import BackendWrapper
 
 
-class Recorder(Backend):
+class Recorder(BackendWrapper):
     """Forwards to a backend and keeps every batch it was asked for."""
 
     def __init__(self, inner: Backend):
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.context_length = inner.context_length
+        super().__init__(inner)
         self.batches: list[list[ChatRequest]] = []
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         self.batches.append(list(requests))
         return self.inner.generate(requests)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
 
 def _marked(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:

@@ -18,6 +18,11 @@ the fixed `--temperature`/`--top-p` like training did. The text output shows, pe
 sample, revise reading whom, keep (no call), a fresh sample, or not called (a round after the policy's stop), with
 T and top-p only where a model call was made. `--html` draws the debates just run as one page
 (dear/debate/picture.py, the picture `python -m dear.show` draws of a stored trace).
+
+`--out traces.jsonl` also writes `traces.regulator.jsonl` (the policy's decisions) and `traces.run.json`: the
+command and what a seed's texts depend on beside it (`Decoding`: whether every backend decoded repeatably, llama.cpp's
+thread count and slots). The llama.cpp settings (one slot and repeatable decoding by default, else `--parallel` slots,
+`--n-ctx`) reach every llama.cpp backend of the run: `--llm`'s and those agent profiles name.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import argparse
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dear import tasks
+from dear.atomic import write_json
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.confidence import TOP_LOGPROBS
@@ -38,15 +44,15 @@ from dear.debate.cli_args import (OMIT, add_backend_args, add_debate_args, add_o
 from dear.debate import pot
 from dear.debate.engine import Debate, DebateConfig, DebateEngine, pot_on_synthetic_error
 from dear.debate.picture import turn_kind, write_html
-from dear.debate.profiles import AgentProfile, backend_specs, on_backend
+from dear.debate.profiles import AgentProfile, backend_specs, names, on_backend
 from dear.debate.trace import AgentTurn, DebateTrace, write_jsonl
 from dear.evidence import make_encoder
 from dear.export import SHIPPED_POLICY, ExportedPolicy, ExportError, choose_encoder, load_exported
 from dear.integrity import check_output_file
 from dear.llm import Backend, make_backend
-from dear.llm.base import GENERATED_TOKENS
+from dear.llm.base import GENERATED_TOKENS, REPLAYED_TOKENS
 from dear.llm.cache import CachedBackend
-from dear.llm.registry import is_synthetic, uses_llama_cpp
+from dear.llm.registry import KINDS, is_synthetic, kind_of, uses_llama_cpp
 from dear.progress import LiveProgress
 from dear.regulator import CertaintyWeigher, RegulatedProtocol, RegulatorRecord, decisions_json
 from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
@@ -79,14 +85,17 @@ class InferenceResult:
 class RegulatedDebater:
     """Runs DEAR-regulated debates with an exported policy on one backend, or with `agent_profiles` (one per agent,
     dear/debate/profiles.py) on the backends they name, `llm` serving the profiles that name none (closes what it
-    opened). Program-of-thought agents (style `pot`) run their programs under `sandbox_limits` and show them to
-    peers with `show_programs` (DebateConfig); they need a real model (the synthetic backend is refused)."""
+    opened). `backend_options` go to `llm` when it is a spec; the llama.cpp backends the profiles name take
+    `profile_options` (default: `backend_options`), the others nothing. Program-of-thought agents (style `pot`) run
+    their programs under `sandbox_limits` and show them to peers with `show_programs` (DebateConfig); they need a
+    real model (the synthetic backend is refused)."""
 
     def __init__(self, policy: str | Path | ExportedPolicy, llm: str | Backend, *, n_rounds: int | None = None,
                  max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.9, seed: int = 0,
                  encoder: str | None = None, cache: str | Path | None = None, allow_encoder_mismatch: bool = False,
                  agent_profiles: Sequence[AgentProfile] | None = None,
-                 sandbox_limits: SandboxLimits = DEFAULT_LIMITS, show_programs: bool = True, **backend_options):
+                 sandbox_limits: SandboxLimits = DEFAULT_LIMITS, show_programs: bool = True,
+                 profile_options: Mapping[str, object] | None = None, **backend_options):
         self.exported = policy if isinstance(policy, ExportedPolicy) else load_exported(policy)
         self._key = key = llm if isinstance(llm, str) else "llm"  # the profiles' name of `llm`
         profiles = on_backend(agent_profiles, key) if agent_profiles else None
@@ -112,7 +121,8 @@ class RegulatedDebater:
         backend = make_backend(llm, **backend_options) if isinstance(llm, str) else llm
         self.backend = CachedBackend(backend, cache) if cache else backend
         # The other backends the profiles name: built here, always closed here
-        self.extra_backends = {spec: _profile_backend(spec, cache, backend_options)
+        options = backend_options if profile_options is None else profile_options
+        self.extra_backends = {spec: _profile_backend(spec, cache, options)
                                for spec in backend_specs(profiles or ()) if spec != key}
         # the belief-weighted vote (a policy trained with it) weighs answers with the policy's own evidence
         self.weigher = CertaintyWeigher(self.encoder, self.exported.answer_aware)
@@ -237,6 +247,50 @@ def describe_rounds(result: InferenceResult, n_rounds: int) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """What the texts of a seed depend on beside the command: recorded with `--out`'s traces (`write_run_record`)."""
+
+    repeatable: bool  # every backend gives a seed the same texts (llama.cpp: one request at a time; sim, bank: anyway)
+    llama_threads: int | None  # llama.cpp's thread count (None: no llama.cpp backend)
+    n_parallel: int | None  # llama.cpp's parallel slots (None: no llama.cpp backend)
+
+
+def llama_options(repeatable: bool, parallel: int | None, n_ctx: int | None, turns: int) -> dict[str, object]:
+    """The options of the run's llama.cpp backends: one slot decoding repeatably, else `parallel` slots (default one
+    per agent turn of the batch, `turns`, at most 16), and `n_ctx` when given."""
+    options: dict[str, object] = {"n_parallel": 1 if repeatable else parallel or max(1, min(16, turns))}
+    if repeatable:
+        options["repeatable"] = True
+    if n_ctx:
+        options["n_ctx"] = n_ctx
+    return options
+
+
+def decoding_of(specs: Sequence[str], llama: Mapping[str, object]) -> Decoding:
+    """How the backends `specs` decode with the llama.cpp options `llama`. The thread count is the one every llama.cpp
+    backend chooses when it starts (`dear.llm.local.choose_threads`: DEAR_LLAMA_THREADS, else every usable core,
+    never the machine's load)."""
+    if not any(uses_llama_cpp(spec) for spec in specs):
+        return Decoding(repeatable=all(KINDS[kind_of(spec)].repeatable for spec in specs), llama_threads=None,
+                        n_parallel=None)
+    from dear.llm.local import choose_threads
+
+    repeats = all(bool(llama.get("repeatable")) if uses_llama_cpp(spec) else KINDS[kind_of(spec)].repeatable
+                  for spec in specs)
+    return Decoding(repeatable=repeats, llama_threads=choose_threads().threads, n_parallel=int(llama["n_parallel"]))
+
+
+def write_run_record(out: Path, command: str, a: argparse.Namespace, decoding: Decoding) -> Path:
+    """`<out stem>.run.json` beside the traces: the command, backend, seed and policy, and `decoding`; its path."""
+    path = out.with_name(out.stem + ".run.json")
+    profiles = names(on_backend(a.agent_profiles, a.llm)) if a.agent_profiles else None
+    record = {"command": command, "llm": a.llm, "agent_profiles": profiles, "policy": str(a.policy), "seed": a.seed,
+              **asdict(decoding)}
+    write_json(path, record, indent=1)
+    return path
+
+
 def _load_questions(a: argparse.Namespace) -> list[Question]:
     if a.question:
         return [make_question(a.question, a.kind, a.choice or None)]
@@ -291,18 +345,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ExportError(f"--policy: {e}") from e
     specs = backend_specs(on_backend(a.agent_profiles, a.llm)) if a.agent_profiles else [a.llm]
     repeatable = repeatable_of(a.repeatable, specs, a.parallel)
-    options: dict[str, object] = {}
-    if uses_llama_cpp(a.llm):
-        options["n_parallel"] = 1 if repeatable else a.parallel or max(1, min(16, len(questions) * exported.n_agents))
-        if repeatable:
-            options["repeatable"] = True
-        if a.n_ctx:
-            options["n_ctx"] = a.n_ctx
+    llama = (llama_options(repeatable, a.parallel, a.n_ctx, len(questions) * exported.n_agents)
+             if any(uses_llama_cpp(spec) for spec in specs) else {})
+    decoding = decoding_of(specs, llama)
     t0 = time.perf_counter()
     with RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens, temperature=a.temperature,
                           top_p=a.top_p, seed=a.seed, encoder=a.encoder, cache=a.cache,
                           allow_encoder_mismatch=a.allow_encoder_mismatch, agent_profiles=a.agent_profiles,
-                          **options) as debater:
+                          profile_options=llama, **(llama if uses_llama_cpp(a.llm) else {})) as debater:
         tag = " [policy trained on the SYNTHETIC backend: sim-to-real]" if debater.transfer else ""
         profiles = debater.config.agent_profiles
         print(f"{len(questions)} question(s), V={debater.config.n_agents}, rounds={debater.config.n_rounds}, "
@@ -310,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
         # The debates run in lockstep, so progress counts rounds; tokens and elapsed time move within a round.
         with LiveProgress(debater.config.n_rounds + 1, f"{len(questions)} debate(s)", unit="round",
-                          tokens=GENERATED_TOKENS.total) as progress:
+                          tokens=GENERATED_TOKENS.total, replayed=REPLAYED_TOKENS.total) as progress:
             results = debater.run(questions, on_round=lambda r, debates: progress.update(1))
     wall = time.perf_counter() - t0
     for r in results:
@@ -332,7 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         decisions = out.with_name(out.stem + ".regulator.jsonl")  # same layout as eval.run's traces
         decisions.write_text("".join(decisions_json(r.trace.debate_id, r.question_id, r.controls) + "\n"
                                      for r in results), encoding="utf-8")
-        print(f"traces: {n} -> {out} (regulator decisions -> {decisions})")
+        settings = write_run_record(out, command_line(PROG, argv), a, decoding)
+        print(f"traces: {n} -> {out} (regulator decisions -> {decisions}, settings -> {settings})")
     if a.html:
         page = write_html([r.trace for r in results], a.html, command=command_line(PROG, argv))
         print(f"picture -> {page}")

@@ -120,6 +120,9 @@ class DebateEnvConfig:
     # Observe each agent's confidence in its answer (exp of its sample's mean token log-probability,
     # dear.regulator.confidence_features); every call then asks for log-probabilities
     confidence_feature: bool = False
+    # At most this many independent samples a debate (DebateConfig.max_samples; None = no budget): a bank world's
+    # samples per question, so a long horizon never asks for a sample the bank does not hold
+    max_samples: int | None = None
 
     def __post_init__(self):
         if self.n_agents < 2:
@@ -283,6 +286,7 @@ class DebateCore:
                 decision=cfg.decision,
                 agent_profiles=cfg.agent_profiles,
                 start_width=cfg.start_width,
+                max_samples=cfg.max_samples,
                 logprobs=TOP_LOGPROBS if cfg.confidence_feature else None,
             ),
             weigher=CertaintyWeigher(self.encoder, cfg.answer_aware),

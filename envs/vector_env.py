@@ -35,11 +35,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from dear.debate.engine import Debate, DebateConfig
-from dear.debate.profiles import AgentProfile
+from dear.debate.engine import Debate
 from dear.evidence import Encoder
 from dear.llm.base import Backend
-from dear.policy import DEFAULT_TOP_P_RANGE
 from dear.regulator import BeliefObservation
 from dear.tasks.types import Question
 from envs.debate_env import DebateCore, DebateEnvConfig

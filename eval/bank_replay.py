@@ -35,7 +35,8 @@ from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
 from dear.confidence import SUMMARIES, record_of
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
-from dear.debate.sampling_rules import CONFIDENT_STOP, DEFAULT_PARAMS, RuleParams, Samples
+from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, RuleParams, Samples,
+                                        is_weighted)
 from dear.llm.registry import is_synthetic
 
 log = logging.getLogger(__name__)
@@ -313,11 +314,39 @@ def plot(r: Report, path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(r: Report, out: Path) -> None:
+def fitted_params(r: Report) -> FittedParams | None:
+    """The fitted confidence-rule parameters as `eval.run` and `dear.serve` read them: tau per cisc-K, and
+    confident stop's at the first price of `--prices` (None without a fit)."""
+    if r.fit is None:
+        return None
+    rules: dict[str, RuleParams] = {}
+    price = None
+    for row in r.rows:
+        if is_weighted(row.spec.rule) and row.spec.rule not in rules:
+            rules[row.spec.rule] = row.spec.params
+            price = row.spec.price if row.spec.rule == CONFIDENT_STOP else price
+    return FittedParams(rules, r.summary, {
+        "command": r.command, "model": r.bank.manifest.get("model_file", ""), "llm": r.fit.llm,
+        "fit_shelf": r.fit.key.name,
+        "fit_questions": len(r.fit.questions), "width": r.width, "orders": r.n_orders, "seed": r.seed,
+        "confident_stop_price": price})
+
+
+def write_report(r: Report, out: Path, params_out: Path | None = None) -> None:
+    """summary.md, summary.csv, the plot, and the fitted parameters (`rule_params.json`, and `params_out`)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(markdown(r), encoding="utf-8")
     write_csv(r, out / "summary.csv")
     plot(r, out / "accuracy_vs_tokens.png")
+    params = fitted_params(r)
+    if params is None:
+        if params_out is not None:
+            raise ValueError("--params-out: nothing was fitted (--fit-split none)")
+        return
+    for path in (out / "rule_params.json", params_out):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(params.to_json(), encoding="utf-8")
 
 
 # ---------------------------------------------------------------- command
@@ -339,7 +368,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="token prices (per 1,000 tokens, in accuracy) of confident stop's fits (default %(default)s)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--params-out", type=Path, default=None,
+                   help="also write the fitted parameters here (what eval.run and dear.serve read: "
+                        "configs/rule-params-gsm8k-train.json)")
     a = p.parse_args(argv)
+    if a.params_out is not None and a.summary != RULE_SUMMARY:
+        raise ValueError(f"--params-out: the rules run live read {RULE_SUMMARY!r}; fit with --summary {RULE_SUMMARY}")
     require_at_least(a, 3, "width")
     require_at_least(a, 1, "orders", "n_boot")
     require_at_least(a, 0, "seed")
@@ -378,7 +412,7 @@ def build_report(a: argparse.Namespace, command: str) -> Report:
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     report = build_report(a, command_line(PROG, argv))
-    write_report(report, a.out)
+    write_report(report, a.out, a.params_out)
     print((a.out / "summary.md").read_text(encoding="utf-8"))
     return 0
 

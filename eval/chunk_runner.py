@@ -14,6 +14,7 @@ from dear.atomic import write_json
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import Debate
 from dear.debate.interventions import InterventionProtocol
+from dear.debate.sampling_rules import DEFAULT_PARAMS, FittedParams
 from dear.debate.trace import DebateTrace
 from dear.integrity import read_json
 from dear.regulator import CertaintyWeigher
@@ -86,6 +87,7 @@ class ChunkRunner:
         self.s, self.base, self.ckpt, self.results = settings, base, ckpt, results
         self.backend, self.encoder = backend, encoder
         self.dear = DearActions(results, settings.n_rounds)
+        self.fitted = FittedParams.load(settings.rule_params) if settings.rule_params else None
 
     def run(self, spec: M.MethodSpec, benchmark: str, chunk: list[Question], chunk_index: int,
             round0: dict[str, DebateTrace]) -> tuple[list[DebateTrace], dict | None]:
@@ -130,7 +132,7 @@ class ChunkRunner:
                       self.encoder() if spec.needs_checkpoint else None,
                       seed=derive_seed(self.s.seed, chunk_index, 0xD0),  # random-mask draws: fixed per chunk
                       deterministic=self.s.policy_sampling == "deterministic", density=density,
-                      frequencies=frequencies)
+                      frequencies=frequencies, fitted=self.fitted)
         if spec.needs_checkpoint and self.s.policy_sampling == "sampled":
             import torch
 
@@ -147,7 +149,8 @@ class ChunkRunner:
                       round0: dict[str, DebateTrace]) -> list[Debate]:
         """The finished debates of an adaptive rule: each question's stored round 0 cut to the answers the rule
         reads (`M.rule_width`), voted by the engine like every method (one engine per width)."""
-        widths = {q.id: M.rule_width(spec, round0[q.id].rounds[0], self.s.n_agents, self.s.sc_samples)
+        params = self.fitted.of(spec.rule) if self.fitted is not None else DEFAULT_PARAMS
+        widths = {q.id: M.rule_width(spec, round0[q.id].rounds[0], self.s.n_agents, self.s.sc_samples, params)
                   for q in chunk}
         debates: dict[str, Debate] = {}
         for width in sorted(set(widths.values())):

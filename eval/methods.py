@@ -35,7 +35,7 @@ from dear.debate.engine import Debate, DebateEngine
 from dear.debate.interventions import InterventionConfig, InterventionProtocol
 from dear.debate.methods import DEFAULT_METHODS, METHODS, MethodSpec
 from dear.debate.protocols import MajorityProtocol, Protocol
-from dear.debate.sampling_rules import Samples, samples_used
+from dear.debate.sampling_rules import CONFIDENT_STOP, FittedParams, RuleParams, Samples, samples_used
 from dear.debate.trace import AgentTurn
 from dear.llm.base import Backend
 from dear.llm.registry import is_synthetic
@@ -58,6 +58,8 @@ def samples_needed(rule: str, n_agents: int) -> int:
     or one ESC window."""
     if m := re.fullmatch(r"adaptive-sc-(\d+)-from-(\d+)", rule):
         return max(int(m[1]), int(m[2]))
+    if rule == CONFIDENT_STOP:
+        return 2  # an unconfident first sample and the one that agrees with it
     name, _, arg = rule.rpartition("-")
     return int(arg) if name == "esc" else max(n_agents, int(arg))
 
@@ -71,10 +73,15 @@ def check_adaptive(specs: Sequence[MethodSpec], n_agents: int, sc_samples: int) 
                              f"{samples_needed(spec.rule, n_agents)}, got {sc_samples}")
 
 
-def rule_width(spec: MethodSpec, round0: Sequence[AgentTurn], n_agents: int, sc_samples: int) -> int:
-    """How many of one question's stored round-0 answers an adaptive method reads: its rule over the first
-    `sc_samples`, starting from the first V."""
-    return samples_used(Samples.of_turns(round0[:sc_samples]), spec.rule, start=n_agents)
+def rule_width(spec: MethodSpec, round0: Sequence[AgentTurn], n_agents: int, sc_samples: int,
+               params: RuleParams) -> int:
+    """How many of one question's stored round-0 answers a rule method reads: its rule over the first
+    `sc_samples`, starting from the first V (`params`: a confidence rule's fitted parameters)."""
+    samples = Samples.of_turns(round0[:sc_samples])
+    if spec.reads_confidence and samples.confidence is None:
+        raise ValueError(f"method {spec.name!r} reads the samples' confidences; this stored round 0 has none (it was "
+                         "generated without log-probabilities): run it in a new --out directory")
+    return samples_used(samples, spec.rule, start=n_agents, params=params)
 
 
 def parse_methods(text: str) -> list[MethodSpec]:
@@ -317,10 +324,11 @@ def vote_rule(spec: MethodSpec, ckpt: Checkpoint | None = None, base: str = Deba
 
 def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoint | None = None,
           encoder=None, seed: int = 0, deterministic: bool = True,
-          density: list[float] | None = None, frequencies: ActionFrequencies | None = None) -> MethodRun:
+          density: list[float] | None = None, frequencies: ActionFrequencies | None = None,
+          fitted: FittedParams | None = None) -> MethodRun:
     """The DebateConfig and protocol that run `spec` (DEAR kinds need the checkpoint and its encoder; the
-    random-mask control needs DEAR's per-round read density). ``deterministic``: the policy's mode (pairs
-    with p > 0.5, behavior mean) instead of sampled actions."""
+    random-mask control needs DEAR's per-round read density; the confidence rules their fitted parameters).
+    ``deterministic``: the policy's mode (pairs with p > 0.5, behavior mean) instead of sampled actions."""
     if "+" in spec.name:  # a debate method with interventions (below)
         return build_intervention_method(spec.name, base, sc_samples, ckpt, encoder, seed=seed,
                                          deterministic=deterministic)
@@ -328,9 +336,14 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
         n = sc_samples if spec.name == "sc" or spec.rule else base.n_agents
         proto: Protocol = MajorityProtocol()
         proto.name = spec.name
-        return MethodRun(replace(base, n_agents=n, n_rounds=0), proto)
+        config = replace(base, n_agents=n, n_rounds=0)
+        if spec.reads_confidence:  # the vote weighs the samples by confidence
+            if fitted is None:
+                raise ValueError(f"method {spec.name!r} needs fitted rule parameters (eval.run --rule-params)")
+            config = replace(config, decision="confidence-weighted", vote_tau=fitted.of(spec.rule).tau)
+        return MethodRun(config, proto)
     if spec.kind in ("single", "debate"):  # the catalog's protocol, continuing the stored round 0
-        return MethodRun(*spec.make(base, sc_samples))
+        return MethodRun(*spec.make(base, sc_samples, fitted))
     if ckpt is None or encoder is None:
         raise ValueError(f"method {spec.name!r} needs --checkpoint")
     from dear.regulator import RegulatedProtocol  # floor 3

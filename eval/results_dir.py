@@ -50,6 +50,11 @@ class EvalSettings:
     # fixed at the directory's first run (DEAR_LLAMA_THREADS, else every usable core), recorded here and reused by
     # later runs of the directory (`llama_threads_for`).
     llama_threads: int | None = None
+    # The model's own confidence: every call asks for its tokens' log-probabilities with this many alternatives
+    # (None: not asked); on when a method reads confidences (cisc-3, confident-stop) or the policy observes them.
+    logprobs: int | None = None
+    # The confidence rules' fitted parameters (sampling_rules.FittedParams), when such a rule runs
+    rule_params: str | None = None
 
 
 class ResultsDir:

@@ -46,11 +46,13 @@ from dear.debate.cli_args import (
     n_agents_of,
     repeatable_of,
 )
+from dear.confidence import TOP_LOGPROBS
 from dear.debate.profiles import as_profiles, backend_specs, on_backend
+from dear.debate.sampling_rules import DEFAULT_RULE_PARAMS, FittedParams
 from dear.debate.trace import DebateTrace
 from dear.export import choose_encoder
 from dear.llm import registry
-from dear.llm.base import GENERATED_TOKENS, Backend
+from dear.llm.base import GENERATED_TOKENS, REPLAYED_TOKENS, Backend
 from dear.progress import LiveProgress
 from dear.tasks.types import Question
 from eval import methods as M
@@ -89,6 +91,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_question_args(p, benchmarks=True, split=OMIT, n=100, n_note="per benchmark, a seeded subset; 0 = all")
     p.add_argument("--methods", default="all", help=M.methods_help())
     p.add_argument("--sc-samples", type=int, help="self-consistency samples (default V*(R+1): MAD's call budget)")
+    p.add_argument("--rule-params", default=None, metavar="FILE",
+                   help="the confidence rules' (cisc-3, confident-stop) parameters fitted on training questions "
+                        "(default: the committed GSM8K-train fit, configs/rule-params-gsm8k-train.json)")
     p.add_argument("--batch", type=int, default=8, help="questions per engine batch (and per done-list flush)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for CIs")
     backend = add_backend_args(p, speculative=True, agent_profiles=True, sim_world=True, repeatable=False,
@@ -180,7 +185,7 @@ class Evaluator:
         self.base = DebateConfig(n_agents=settings.n_agents, n_rounds=settings.n_rounds,
                                  temperature0=settings.temperature, top_p0=settings.top_p,
                                  max_tokens=settings.max_tokens, seed=settings.seed, layout=settings.layout,
-                                 agent_profiles=self.profiles)
+                                 agent_profiles=self.profiles, logprobs=settings.logprobs)
         # Round 0 holds enough independent answers for every method: V, or the self-consistency samples.
         self.round0_width = M.round0_width(settings.methods, settings.n_agents, settings.sc_samples)
         self.chunks = ChunkRunner(settings, self.base, ckpt, self.results, self.backend, self.encoder)
@@ -246,7 +251,8 @@ class Evaluator:
             return
         timings = self.results.timings()
         # Tokens and elapsed time move while a chunk's debates run; questions count when a method's chunk ends.
-        with LiveProgress(total, "eval", unit="q", tokens=GENERATED_TOKENS.total, enabled=self.s.progress) as bar:
+        with LiveProgress(total, "eval", unit="q", tokens=GENERATED_TOKENS.total, enabled=self.s.progress,
+                          replayed=REPLAYED_TOKENS.total) as bar:
             for specs in (first, last):
                 for k, b, chunk in plan:
                     self._run_chunk(specs, k, b, chunk, todo, timings, bar)
@@ -377,6 +383,11 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
                            _range(a.top_p_range, "--top-p-range"))
     sc_samples = a.sc_samples or n_agents * (n_rounds + 1)
     M.check_adaptive(specs, n_agents, sc_samples)
+    confidence_rules = any(s.reads_confidence for s in specs)
+    rule_params = str(Path(a.rule_params or DEFAULT_RULE_PARAMS).resolve()) if confidence_rules else None
+    if rule_params:
+        FittedParams.load(rule_params)  # a clear error before any model loads
+    observes = ckpt is not None and ckpt.policy_config.confidence_feature
     out = a.out or default_out(benchmarks, a.n, a.seed)
     opts: dict[str, Any] = {}
     if a.parallel:
@@ -399,6 +410,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
         cache="" if a.no_cache else a.cache, n_boot=a.n_boot, progress=not a.no_progress, backend_options=opts,
         checkpoint_sha256=ckpt.sha256 if ckpt else None, layout=layout, policy_sampling=a.policy_sampling,
         policy_world=a.policy_world, agent_profiles=[p.name for p in profiles] if profiles else None,
+        logprobs=TOP_LOGPROBS if confidence_rules or observes else None, rule_params=rule_params,
     )
 
 
@@ -438,7 +450,10 @@ def _stored_setting(out: str, key: str) -> Any:
 def options_for(spec: str, llm: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The backend options one backend of the run takes: the world's files only the sim backend; --parallel,
     --n-ctx, --speculative (llama.cpp settings) the run's --llm backend (one it cannot take fails there, not
-    silently) and any other backend that takes them (dear.llm.registry.options_for: a llama.cpp one)."""
+    silently) and any other backend that takes them (dear.llm.registry.options_for: a llama.cpp one). The one slot
+    of --repeatable goes to llama.cpp backends only: for a bank it is a no-op (it repeats anyway)."""
+    if options.get("repeatable") and not registry.uses_llama_cpp(spec):
+        options = {k: v for k, v in options.items() if k not in ("repeatable", "n_parallel")}
     if spec == llm and not registry.is_synthetic(spec):
         return {k: v for k, v in options.items() if k not in SIM_OPTIONS}
     return registry.options_for(spec, options)

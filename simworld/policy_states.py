@@ -120,7 +120,7 @@ def real_baselines(directory: Path) -> dict[str, list[DebateTrace]]:
 def sim_baselines(world: Path, n: int, seed: int) -> dict[str, list[DebateTrace]]:
     """The baseline protocols in a simulated world (SYNTHETIC) on `n` test-split questions: V = 3, R = 2, round-0
     sampling (T 0.7, top-p 0.9), silent turns."""
-    from dear.debate.protocols import AdaptiveSCProtocol, SelfConsistencyProtocol, make_protocol
+    from dear.debate.protocols import SamplingRuleProtocol, SelfConsistencyProtocol, make_protocol
     from dear.llm.registry import make_backend
 
     cfg = yaml.safe_load(world.read_text())
@@ -130,7 +130,7 @@ def sim_baselines(world: Path, n: int, seed: int) -> dict[str, list[DebateTrace]
     config = DebateConfig(n_agents=3, n_rounds=2, max_tokens=cfg["llm"].get("max_tokens", 512), seed=seed,
                           silent=True)
     protocols = {"majority": make_protocol("majority", config), "mad": make_protocol("mad", config),
-                 "sc": SelfConsistencyProtocol(3, 9), "adaptive-sc-2": AdaptiveSCProtocol(3, 2, 9)}
+                 "sc": SelfConsistencyProtocol(3, 9), "adaptive-sc-2": SamplingRuleProtocol("adaptive-sc-2", 3, 9)}
     out = {}
     for method in BASELINES:  # a fresh backend each: every protocol starts from the same round 0
         engine = DebateEngine(make_backend("sim", **(cfg["llm"].get("options") or {})), config)

@@ -11,7 +11,7 @@ Both sides go through one function, `rule_outcome` (`dear.debate.sampling_rules`
 adaptive self-consistency), which reads a question's samples in order:
 - `cot`: the first sample; `sc-k`: the plurality over the first k (sc-3 is the round-0 majority of 3 agents);
 - `adaptive-sc-a`: start from the first 3 (round 0), add one sample at a time until `a` samples share an answer
-  or all are used, then the plurality over those used — the decisions of `dear.debate.protocols.AdaptiveSCProtocol`
+  or all are used, then the plurality over those used — the decisions of `dear.debate.protocols.SamplingRuleProtocol`
   (its fresh turns send the wide round 0's requests: the same samples on a backend whose answer depends only on
   the request, tests/dear/debate/test_sampling_rules.py; on the sim backend the same only in distribution).
 Accuracy is the vote's expected correctness over tied leaders (`dear.vote`, the project's tie rule); tokens are

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from gymnasium.vector import AutoresetMode
 
-from dear.llm.base import Backend, ChatRequest, Completion, serves
+from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.wrapper import BackendWrapper
 from dear.llm.registry import uses_llama_cpp
 from dear.policy import JointPolicy, PolicyConfig
 from train.config import TrainConfig
@@ -91,14 +92,11 @@ def make_local_backend(cfg: TrainConfig) -> Backend:
     return backend
 
 
-class TimedBackend(Backend):
-    """Measures time spent inside generate() (the "LLM share" of an iteration)."""
+class TimedBackend(BackendWrapper):
+    """Measures time spent inside generate() (the "LLM share" of an iteration); the rest is the wrapped backend's."""
 
     def __init__(self, inner: Backend):
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.synthetic = inner.synthetic
-        self.context_length = inner.context_length
+        super().__init__(inner)
         self.seconds = 0.0
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
@@ -107,15 +105,6 @@ class TimedBackend(Backend):
             return self.inner.generate(requests)
         finally:
             self.seconds += time.perf_counter() - t0
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def serves(self, task: str, question_id: str) -> bool:
-        return serves(self.inner, task, question_id)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def env_knobs(cfg: TrainConfig) -> dict[str, Any]:

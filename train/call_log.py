@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dear.llm.base import Backend, ChatRequest, Completion, serves
-from dear.llm.cache import cache_key
+from dear.llm.base import Backend, ChatRequest, Completion
+from dear.llm.cache import occurrence_keys
+from dear.llm.wrapper import BackendWrapper
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,14 @@ def read_call_log(path: Path, key: str) -> dict[str, list[Completion]]:
     return found
 
 
-class CallLog(Backend):
+class CallLog(BackendWrapper):
     """Wraps a rollout worker's backend. Between `begin(spec, index)` and `end()` (one chunk), every request is
     answered from the chunk's call log when the log holds it and otherwise by the wrapped backend, whose
-    successful completions are appended to the log at once. Outside a chunk it only passes requests through."""
+    successful completions are appended to the log at once. Outside a chunk it only passes requests through; the
+    rest (identity, token counts, `serves`) is the wrapped backend's (`BackendWrapper`)."""
 
     def __init__(self, inner: Backend):
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.synthetic = inner.synthetic
-        self.context_length = inner.context_length
+        super().__init__(inner)
         self._lock = threading.Lock()
         self._file = None
         self._logged: dict[str, list[Completion]] = {}
@@ -102,51 +101,29 @@ class CallLog(Backend):
                 self._file.close()
             self._file, self._logged, self._seen = None, {}, {}
 
-    def _keys(self, requests: Sequence[ChatRequest]) -> list[str]:
-        keys = []
-        for request in requests:
-            base = cache_key(self.model_id, request)
-            occurrence = self._seen.get(base, 0)
-            self._seen[base] = occurrence + 1
-            keys.append(cache_key(self.model_id, request, occurrence))
-        return keys
-
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         with self._lock:
             if self._file is None:
                 return self.inner.generate(requests)
-            keys = self._keys(requests)
+            keys = occurrence_keys(self.model_id, requests, self._seen)  # numbered across the chunk
             results: list[Completion | None] = []
             for key in keys:
                 logged = self._logged.get(key)
                 results.append(logged.pop(0) if logged else None)
-        missing = [i for i, c in enumerate(results) if c is None]
-        self.replayed += len(requests) - len(missing)
-        if missing:
-            fresh = self.inner.generate([requests[i] for i in missing])
-            if len(fresh) != len(missing):
-                raise RuntimeError(f"{type(self.inner).__name__} returned {len(fresh)} completions for "
-                                   f"{len(missing)} requests")
-            lines = []
-            for i, completion in zip(missing, fresh):
-                results[i] = completion
-                if completion.ok:
-                    lines.append(_log_line(keys[i], completion))
+        self.replayed += sum(c is not None for c in results)
+        fresh = self.fill_missing(requests, results)
+        if fresh:
+            lines = [_log_line(keys[i], completion) for i, completion in fresh if completion.ok]
             with self._lock:
                 if self._file is not None and lines:
                     self._file.write("".join(lines))
                     self._file.flush()
         return results  # type: ignore[return-value]
 
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def serves(self, task: str, question_id: str) -> bool:
-        return serves(self.inner, task, question_id)
-
     def close(self) -> None:
+        """Ends the chunk's log and closes the wrapped backend."""
         self.end()
-        self.inner.close()
+        super().close()
 
 
 def _log_line(request_key: str, completion: Completion) -> str:

@@ -145,6 +145,8 @@ class EnvSection:
     turn_kinds: list[str] = field(default_factory=lambda: list(TURN_KINDS))
     # Observe each agent's confidence in its answer (exp of its sample's mean token log-probability)
     confidence_feature: bool = False
+    # At most this many independent samples a debate (null = no budget); a fresh turn past it keeps its answer
+    max_samples: int | None = None
 
     def profile_vocabulary(self) -> tuple[str, ...] | None:
         """The profile feature's one-hot order (the pool's distinct names, in pool order); None without it."""
@@ -525,6 +527,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "llm.threads": None,  # runs before it chose llama.cpp's threads at start and did not record them
     # every run before them started from V samples, could play every turn kind and did not observe confidence
     "env.start_width": None, "env.turn_kinds": list(TURN_KINDS), "env.confidence_feature": False,
+    "env.max_samples": None,  # runs before it had no sample budget
     "llm.repeatable": False,  # runs before it decoded in llama.cpp slots (not repeatable)
 }
 

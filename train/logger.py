@@ -3,7 +3,8 @@
 The progress display (`dear.progress.LiveProgress`) counts the run's debates, redrawn every few seconds with the
 tokens generated so far, tokens/s, elapsed time, the debates in flight and an ETA, so it moves while a chunk of
 debates is still running. The ETA is counted in tokens (tokens generated / tokens per debate, the expected count
-until a debate has finished), so it shows within the first minute instead of after the first chunk.
+until a debate has finished), so it shows within the first minute instead of after the first chunk. In a bank
+world the tokens are the stored samples' (replayed, not generated: the line says so), at the bank's speed.
 
 Synthetic (sim backend) runs are labelled everywhere: each metric name is prefixed `synthetic/`, each
 JSONL row carries `"synthetic": true`, and the run directory name contains "synthetic".
@@ -53,14 +54,14 @@ def read_metrics(path: Path) -> list[dict]:
 
 class RunLogger:
     """Metrics files and wandb, and the run's progress display over `total_iterations * debates_per_iteration`
-    debates; `tokens` reads the tokens generated so far (the rollout pool's counter), `listener` sees every tick
-    of the display."""
+    debates; `tokens` reads the tokens generated so far and `replayed` those replayed from a sample bank (the rollout
+    pool's counters), `listener` sees every tick of the display."""
 
     def __init__(self, run_dir: Path, synthetic: bool, total_iterations: int, start_iteration: int = 0,
                  use_wandb: bool = False, wandb_project: str = "dear", config: dict | None = None,
                  progress: bool = True, debates_per_iteration: int = 1, tokens: Callable[[], int] | None = None,
                  listener: Callable[[ProgressSnapshot], None] | None = None,
-                 expected_tokens_per_debate: float | None = None):
+                 expected_tokens_per_debate: float | None = None, replayed: Callable[[], int] | None = None):
         self.run_dir = Path(run_dir)
         self.synthetic = synthetic
         self.jsonl_path = self.run_dir / "metrics.jsonl"
@@ -86,7 +87,7 @@ class RunLogger:
                                  initial=start_iteration * debates_per_iteration,
                                  desc="synthetic HAPPO" if synthetic else "HAPPO", unit="debate", tokens=tokens,
                                  enabled=progress, listener=listener,
-                                 expected_tokens_per_unit=expected_tokens_per_debate)
+                                 expected_tokens_per_unit=expected_tokens_per_debate, replayed=replayed)
         self.live.set_info(it=f"{start_iteration}/{total_iterations}")
 
     def name(self, key: str) -> str:

@@ -47,9 +47,10 @@ class RunDirError(ValueError):
     """The run directory cannot be used as asked (an existing run without --overwrite, a file...)."""
 
 
-# The progress line's ETA before the first debate of the run finishes: each agent turn is expected to write this
-# share of llm.max_tokens (a real gsm8k debate wrote ~0.7 of 384 per turn; the measured tokens per debate replace
-# the guess as soon as a debate finishes: dear.progress.LiveProgress).
+# The progress line's ETA before the first debate of the run finishes: each agent turn that may call the model is
+# expected to write (or, in a bank world, replay) this share of llm.max_tokens (a real gsm8k debate wrote ~0.7 of 384
+# per turn; the measured tokens per debate replace the guess as soon as a debate finishes:
+# dear.progress.LiveProgress).
 EXPECTED_SHARE_OF_MAX_TOKENS = 0.6
 
 # What a run writes into its directory; `--overwrite` removes exactly these before a new run starts.
@@ -92,9 +93,11 @@ class TrainResult:
 
 
 def expected_debate_tokens(cfg: TrainConfig) -> float:
-    """Completion tokens one debate is expected to generate before any has finished: every agent in every round
-    writes `EXPECTED_SHARE_OF_MAX_TOKENS` of llm.max_tokens."""
-    return cfg.env.n_agents * (cfg.env.n_rounds + 1) * cfg.llm.max_tokens * EXPECTED_SHARE_OF_MAX_TOKENS
+    """Completion tokens one debate is expected to generate (or replay) before any has finished: every turn that may
+    call the model, env.start_width agents in round 0 (all without it) and every agent in each later round, writes
+    `EXPECTED_SHARE_OF_MAX_TOKENS` of llm.max_tokens."""
+    turns = (cfg.env.start_width or cfg.env.n_agents) + cfg.env.n_agents * cfg.env.n_rounds
+    return turns * cfg.llm.max_tokens * EXPECTED_SHARE_OF_MAX_TOKENS
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -165,7 +168,7 @@ class Trainer:
                 use_wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project, config=cfg.to_dict(),
                 progress=cfg.logging.progress if progress is None else progress,
                 debates_per_iteration=sum(len(c.env_seeds) for c in make_chunks(cfg, 0)),
-                tokens=self.pool.generated_tokens, listener=on_progress,
+                tokens=self.pool.generated_tokens, replayed=self.pool.replayed_tokens, listener=on_progress,
                 expected_tokens_per_debate=expected_debate_tokens(cfg))
         except BaseException:
             self.pool.close()

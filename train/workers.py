@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dear.llm.base import GENERATED_TOKENS, Backend, ChatRequest, Completion
+from dear.llm.base import GENERATED_TOKENS, REPLAYED_TOKENS, Backend, ChatRequest, Completion
 from dear.metrics import conformity, round_vote
 from dear.policy import JointPolicy
 from dear.seeds import derive_seed
@@ -281,6 +281,10 @@ class LLMEngine:
         polls it for its progress line while a `generate` call is still running."""
         return GENERATED_TOKENS.total()
 
+    def replayed_tokens(self) -> int:
+        """Tokens of stored samples replayed in this actor so far (a sample bank: `REPLAYED_TOKENS`)."""
+        return REPLAYED_TOKENS.total()
+
     def count_tokens(self, text: str) -> int:
         return self.backend.count_tokens(text)
 
@@ -351,6 +355,10 @@ class LocalPool:
         """Tokens generated in this process so far (the backend runs here), as they come back."""
         return GENERATED_TOKENS.total()
 
+    def replayed_tokens(self) -> int:
+        """Tokens of stored samples replayed in this process so far (a sample bank), as they are served."""
+        return REPLAYED_TOKENS.total()
+
     def close(self) -> None:
         self.worker.close()
 
@@ -417,6 +425,7 @@ class RayPool:
         ray.get([w.pid.remote() for w in self.workers])  # fail fast on construction errors
         self.total_restarts = 0
         self._engine_tokens = 0  # the engines' last answer to `generated_tokens`
+        self._engine_replayed = 0  # and to `replayed_tokens`
         self._chunk_tokens = 0  # in-worker backends: completion tokens of the chunks returned so far
         self.call_log: CallLogSpec | None = None  # set_call_log
 
@@ -428,7 +437,7 @@ class RayPool:
     def generated_tokens(self) -> int:
         """Tokens generated so far: polled from the LLM engine actors, which count them as completions come back
         (their spare concurrency answers while a `generate` runs); with in-worker backends (no engine) the busy
-        workers cannot be asked, so their tokens count when a chunk returns."""
+        workers cannot be asked, so their tokens (replayed ones included) count when a chunk returns."""
         if not self.engines:
             return self._chunk_tokens
         from ray.exceptions import GetTimeoutError
@@ -438,6 +447,20 @@ class RayPool:
         except GetTimeoutError:
             pass  # an engine too busy to answer now: show the last count
         return self._engine_tokens
+
+    def replayed_tokens(self) -> int:
+        """Tokens of stored samples the LLM engine actors replayed so far (a sample bank), polled like
+        `generated_tokens`; 0 with in-worker backends, whose replayed tokens `generated_tokens` counts with the rest
+        when a chunk returns."""
+        if not self.engines:
+            return 0
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            self._engine_replayed = sum(self.ray.get([e.replayed_tokens.remote() for e in self.engines], timeout=5))
+        except GetTimeoutError:
+            pass
+        return self._engine_replayed
 
     def _spawn(self, index: int):
         """Worker `index` talks to engine `index % num_engines` (no engine: it builds its own backend)."""

@@ -14,7 +14,9 @@ and the command that extends it. Revise turns (a prompt with peers' answers) alw
 through the response cache, or a fitted simulator when training offline; without one they fail clearly.
 
 Every completion records where it came from in `Completion.source`: `bank:<shelf>#<index>`, or the live backend's
-model id. A world that mixes sources is labelled by those sources, turn by turn.
+model id. A world that mixes sources is labelled by those sources, turn by turn. Replayed completions add their
+recorded completion tokens to `dear.llm.base.REPLAYED_TOKENS` (the live backend counts its own as generated), so a
+progress line shows the tokens a bank world goes through, and its tokens/s and ETA, without calling them generated.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dear.bank.store import Bank, BankSample, Shelf, ShelfKey
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion, serves
+from dear.llm.base import REPLAYED_TOKENS, Backend, BackendError, ChatRequest, Completion, serves
 from dear.seeds import derive_seed
 
 # The embedded model's committed bank, in the checkout (found from any working directory)
@@ -129,6 +131,7 @@ class BankBackend(Backend):
                 out[i] = replayed(sample, shelf.key)
             else:
                 to_live.append(i)
+        REPLAYED_TOKENS.add(sum(c.completion_tokens for c in out if c is not None))
         if to_live:
             for i, completion in zip(to_live, self._live([requests[i] for i in to_live])):
                 out[i] = completion

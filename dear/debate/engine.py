@@ -22,6 +22,7 @@ from dear import tasks
 from dear.confidence import confidence_dict
 from dear.debate import pot, prompts
 from dear.debate.profiles import AgentProfile, as_profiles, profile_at
+from dear.debate.sampling_rules import DEFAULT_PARAMS, cisc_weights, turn_confidence
 from dear.debate.trace import WAITING, AgentTurn, DebateTrace, voting_turns
 from dear.llm.base import Backend, BackendError, ChatMessage, ChatRequest, Completion
 from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
@@ -40,8 +41,10 @@ TURN_KINDS = ("revise", "keep", "fresh")
 # plurality over every distinct sample the debate produced (round 0, fresh samples and revisions; a kept answer
 # is not a new sample, so it does not vote twice), or the same samples each weighted by its agent's certainty
 # 1 - u_i in the round it answered (belief-weighted: the subjective-logic quantity the regulator observes;
-# the engine gets the weights from a `Weigher`, dear.regulator.CertaintyWeigher).
-DECISIONS = ("last-round", "all-answers", "belief-weighted")
+# the engine gets the weights from a `Weigher`, dear.regulator.CertaintyWeigher), or the same samples each weighted
+# by the model's own confidence in it (confidence-weighted: CISC's softmax of each sample's `RULE_SUMMARY` over
+# `DebateConfig.vote_tau`, dear.debate.sampling_rules.cisc_weights; the debate must ask for log-probabilities).
+DECISIONS = ("last-round", "all-answers", "belief-weighted", "confidence-weighted")
 MSG_OVERHEAD_TOKENS = 8  # chat-template tokens per message (role markers), a conservative estimate (also the server's check)
 MIN_MAX_TOKENS = 16
 PROGRAM_WORKERS = 4  # programs of one round's `pot` turns run at most this many at a time (each in its own sandbox)
@@ -70,6 +73,9 @@ class DebateConfig:
     # regenerates alone (pruning then saves only prompt tokens); with silent, the mask also controls completions.
     silent: bool = False
     decision: str = "last-round"  # DECISIONS
+    # confidence-weighted votes only: the softmax temperature of the sample weights (fitted on training questions,
+    # dear.debate.replay_orders.fit_tau), in the confidence's units
+    vote_tau: float = DEFAULT_PARAMS.tau
     # The model's own confidence (dear/confidence.py): None = not asked; k >= 0 = every call asks for its tokens'
     # log-probabilities with k alternatives, and each turn records its confidence (or that the backend sent none).
     # A `pot` turn's answer is what its program printed, which is not in the completion text: its record has no
@@ -80,6 +86,10 @@ class DebateConfig:
     # from one sample and decides after it; a waiting agent asked to revise joins with a fresh sample instead (it
     # has no answer to revise), and nobody reads a waiting agent.
     start_width: int | None = None
+    # A budget of independent samples (None = none): a fresh turn asked for once the debate holds this many keeps its
+    # answer instead (a waiting agent keeps waiting). A world replayed from a bank of N samples a question sets N,
+    # so a long horizon of one-at-a-time draws never asks for a sample the bank does not hold.
+    max_samples: int | None = None
     # Program-of-thought agents (reply style `pot`, dear/debate/pot.py): the limits every program runs under in the
     # sandbox (dear/sandbox.py; a server's are its start-up configuration's, no request changes them), and whether
     # peers are shown a `pot` turn's program (False: only what it printed; its author always sees its own).
@@ -101,6 +111,8 @@ class DebateConfig:
             raise ValueError(f"DebateConfig.logprobs must be None or >= 0, got {self.logprobs}")
         if self.decision not in DECISIONS:
             raise ValueError(f"DebateConfig.decision must be one of {DECISIONS}, got {self.decision!r}")
+        if not self.vote_tau > 0:
+            raise ValueError(f"DebateConfig.vote_tau must be > 0, got {self.vote_tau}")
         if self.n_agents < 1:
             raise ValueError(f"DebateConfig.n_agents must be >= 1, got {self.n_agents}")
         if self.n_rounds < 0:
@@ -108,6 +120,9 @@ class DebateConfig:
         if self.start_width is not None and not 1 <= self.start_width <= self.n_agents:
             raise ValueError(f"DebateConfig.start_width must be in 1..n_agents={self.n_agents} (or None), "
                              f"got {self.start_width}")
+        if self.max_samples is not None and self.max_samples < self.round0_width:
+            raise ValueError(f"DebateConfig.max_samples must be >= round 0's {self.round0_width} answers (or None), "
+                             f"got {self.max_samples}")
         if self.max_tokens < 1:
             raise ValueError(f"DebateConfig.max_tokens must be >= 1, got {self.max_tokens}")
         if not 0.0 <= self.temperature0 <= T_MAX:
@@ -232,6 +247,7 @@ class Debate:
     error: str | None = None
     finished: bool = False
     decision: str = "last-round"  # how the final answer is decided (DECISIONS)
+    vote_tau: float = DEFAULT_PARAMS.tau  # a confidence-weighted vote's softmax temperature (DebateConfig.vote_tau)
     # Each agent's certainty 1 - u_i per completed round (round -> V values), filled by whoever computes beliefs
     # (the regulator's observation, a Weigher); the belief-weighted vote reads it.
     certainty: dict[int, list[float]] = field(default_factory=dict)
@@ -285,7 +301,10 @@ class Debate:
         return voting_turns(self.trace.rounds, decision)
 
     def vote_weights(self, decision: str) -> list[float] | None:
-        """The voters' weights: None (one vote each), or under belief-weighted each voter's certainty in its round."""
+        """The voters' weights: None (one vote each), under belief-weighted each voter's certainty in its round,
+        under confidence-weighted the CISC weights of the voters' own confidences."""
+        if decision == "confidence-weighted":
+            return confidence_weights(self.voters(decision), self.vote_tau, self.debate_id)
         if decision != "belief-weighted":
             return None
         turns = self.voters(decision)
@@ -300,6 +319,16 @@ class Debate:
         turns = self.voters(decision)
         rng = np.random.default_rng([self.vote_seed, max(self.round, 0)])
         return vote([t.answer_key for t in turns], [t.correct for t in turns], rng, self.vote_weights(decision))
+
+
+def confidence_weights(turns: Sequence[AgentTurn], tau: float, debate_id: str) -> list[float]:
+    """The confidence-weighted vote's weights: `cisc_weights` of each turn's confidence (a turn without one weighs
+    as the least confident voter; none with one: equal weights, and each turn's record says why it has none). A
+    ValueError when no voter asked for log-probabilities (a trace that cannot have been voted so)."""
+    if turns and all(t.confidence is None for t in turns):
+        raise ValueError(f"debate {debate_id}: a confidence-weighted vote over samples that never asked for "
+                         "log-probabilities (DebateConfig.logprobs unset)")
+    return cisc_weights([turn_confidence(t) for t in turns], tau)
 
 
 @dataclass
@@ -514,6 +543,9 @@ class DebateEngine:
         decision = cfg.decision if decision is None else decision
         if decision not in DECISIONS:
             raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
+        if decision == "confidence-weighted" and cfg.logprobs is None:
+            raise ValueError("decision 'confidence-weighted' needs the samples' log-probabilities: set "
+                             "DebateConfig.logprobs (e.g. dear.confidence.TOP_LOGPROBS)")
         if decision == "belief-weighted" and self.weigher is None:
             raise ValueError("decision 'belief-weighted' needs an engine with a weigher "
                              "(DebateEngine(..., weigher=dear.regulator.CertaintyWeigher(encoder)))")
@@ -536,7 +568,7 @@ class DebateEngine:
             )
             debates.append(
                 Debate(question=q, debate_id=debate_id, seed=int(s), n_rounds=n_rounds, trace=trace, decision=decision,
-                       vote_seed=vote_seed_of(cfg.seed, s), pool_order=order)
+                       vote_tau=cfg.vote_tau, vote_seed=vote_seed_of(cfg.seed, s), pool_order=order)
             )
         return debates
 
@@ -792,6 +824,9 @@ class DebateEngine:
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i]) if not prev[j].waiting]
             kind = ctl.kinds[i] if ctl.kinds is not None else "revise"
+            if kind in ("fresh", "revise") and cfg.max_samples is not None and next_sample >= cfg.max_samples \
+                    and (kind == "fresh" or prev[i].waiting):
+                kind = "keep"  # the sample budget is spent: no new independent sample
             if prev[i].waiting:  # not answered yet: it joins with a fresh sample, or keeps waiting
                 if kind == "keep":
                     out.append(self._waiting(d, i, r))
@@ -1048,6 +1083,7 @@ class DebateEngine:
         tr = d.trace
         tr.failed, tr.error = d.failed, d.error
         tr.decision = d.decision  # every rule is recorded, the last round too: a re-grade never guesses it
+        tr.vote_tau = d.vote_tau if d.decision == "confidence-weighted" else None
         if d.failed:
             # A failed debate has no trustworthy final answer: it counts as wrong and is reported as failed.
             tr.set_vote(None)

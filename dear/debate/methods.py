@@ -6,14 +6,16 @@ and how it is built:
 - `single` / `debate`: `build` makes its protocol (MajorityProtocol for single CoT, a protocol class of
   `dear.debate.protocols` for MAD and its kin) on the config `MethodSpec.config_for` gives; `eval.methods` and
   `dear.serve.methods` both call `MethodSpec.make`;
-- `samples`: independent samples and a vote. eval reads them off its stored round 0 (`rule`: an adaptive rule of
-  `dear.debate.sampling_rules`, else the first n); `build`, where one exists, draws them live (the server's);
+- `samples`: independent samples and a vote. eval reads them off its stored round 0 (`rule`: a rule of
+  `dear.debate.sampling_rules`, else the first n); `build` draws them live (the server's): a rule through
+  `SamplingRuleProtocol`, which stops where the rule's replay on the same samples stops;
 - `dear`: the policy (floor 3: `dear.regulator`) with its ablation switches; built by the applications.
 
-The server answers with DEAR and every method of `--methods all` that has a `build`. A `baseline` (k >= 1) is one the report pairs
-every other method with, as its k-th paired table. The confidence rules of `dear.debate.sampling_rules` (`cisc-K`,
-`confident-stop`) read the samples' confidences, which a stored round 0 does not keep: they run on sample banks
-(`eval.bank_replay`), not here.
+The server answers with DEAR, every method of `--methods all` that has a `build`, and every rule. A `baseline` (k >= 1)
+is one the report pairs every other method with, as its k-th paired table. The confidence rules (`cisc-3`,
+`confident-stop`) read the samples' confidences (their round 0 asks for log-probabilities) with parameters fitted on
+GSM8K train questions (`sampling_rules.FittedParams`, `DEFAULT_RULE_PARAMS`); they are asked for by name, not by
+`all`, since a backend without log-probabilities (the sim backend) cannot run them.
 
 Adding a baseline: a protocol class (dear/debate/protocols.py) and one entry below, with `build=` and, for the
 report's paired tables, `baseline=`.
@@ -29,14 +31,16 @@ from dear.debate.engine import DebateConfig
 from dear.debate.protocols import (
     MajorityProtocol,
     Protocol,
+    SamplingRuleProtocol,
     SelfConsistencyProtocol,
     StopWhenUnanimousProtocol,
     make_protocol,
 )
+from dear.debate.sampling_rules import DEFAULT_PARAMS, CONFIDENT_STOP, FittedParams, RuleParams, is_weighted
 
 Kind = Literal["single", "samples", "debate", "dear"]
-# (the method, its config, the self-consistency samples) -> the protocol that runs it live
-Builder = Callable[["MethodSpec", DebateConfig, int], Protocol]
+# (the method, its config, the self-consistency samples, its rule's parameters) -> the protocol that runs it live
+Builder = Callable[["MethodSpec", DebateConfig, int, RuleParams], Protocol]
 DEAR = "dear"
 
 
@@ -69,32 +73,46 @@ class MethodSpec:
         """The debate config the method runs with: single CoT is a one-agent round 0."""
         return replace(base, n_agents=1, n_rounds=0) if self.kind == "single" else base
 
-    def make(self, base: DebateConfig, samples: int) -> tuple[DebateConfig, Protocol]:
+    @property
+    def reads_confidence(self) -> bool:
+        """Whether it weighs or stops by the samples' confidences (its debates must ask for log-probabilities)."""
+        return bool(self.rule) and is_weighted(self.rule)
+
+    def make(self, base: DebateConfig, samples: int,
+             fitted: FittedParams | None = None) -> tuple[DebateConfig, Protocol]:
         """The config and protocol that run the method live on `base`'s agents, rounds and round-0 sampling
-        (`samples`: the self-consistency samples)."""
+        (`samples`: the self-consistency samples; `fitted`: the confidence rules' parameters, needed by those)."""
         if self.build is None:
             raise ValueError(f"method {self.name!r} ({self.kind}) has no protocol of its own in the catalog")
-        config = self.config_for(base)
-        return config, self.build(self, config, samples)
+        if self.reads_confidence and fitted is None:
+            raise ValueError(f"method {self.name!r} needs fitted rule parameters (sampling_rules.FittedParams)")
+        params = fitted.of(self.rule) if fitted is not None else DEFAULT_PARAMS
+        proto = self.build(self, self.config_for(base), samples, params)
+        return proto.configure(self.config_for(base)), proto
 
 
-def _plurality(spec: MethodSpec, config: DebateConfig, samples: int) -> Protocol:
+def _plurality(spec: MethodSpec, config: DebateConfig, samples: int, params: RuleParams) -> Protocol:
     """Round 0's answers and their plurality, no exchange (named after the method)."""
     proto = MajorityProtocol()
     proto.name = spec.name
     return proto
 
 
-def _self_consistency(spec: MethodSpec, config: DebateConfig, samples: int) -> Protocol:
+def _self_consistency(spec: MethodSpec, config: DebateConfig, samples: int, params: RuleParams) -> Protocol:
     return SelfConsistencyProtocol(config.n_agents, samples, config.temperature0, config.top_p0)
 
 
-def _named(spec: MethodSpec, config: DebateConfig, samples: int) -> Protocol:
+def _named(spec: MethodSpec, config: DebateConfig, samples: int, params: RuleParams) -> Protocol:
     return make_protocol(spec.protocol, config)
 
 
-def _stop_when_unanimous(spec: MethodSpec, config: DebateConfig, samples: int) -> Protocol:
+def _stop_when_unanimous(spec: MethodSpec, config: DebateConfig, samples: int, params: RuleParams) -> Protocol:
     return StopWhenUnanimousProtocol(config.n_agents, config.n_rounds, config.temperature0, config.top_p0)
+
+
+def _sampling_rule(spec: MethodSpec, config: DebateConfig, samples: int, params: RuleParams) -> Protocol:
+    """The rule drawn live: its first samples, then one a round until it stops (at most `samples`)."""
+    return SamplingRuleProtocol(spec.rule, config.n_agents, samples, config.temperature0, config.top_p0, params)
 
 
 def _adaptive(agree: int, start: int | None = None) -> MethodSpec:
@@ -104,18 +122,19 @@ def _adaptive(agree: int, start: int | None = None) -> MethodSpec:
             f"adaptive-sc-{agree}", f"Adaptive SC (until {agree} agree)", "samples",
             f"adaptive self-consistency: V samples, then one more at a time until {agree} share an answer (at most "
             "the self-consistency samples); plurality over those used", rule=f"adaptive-sc-{agree}",
-            baseline={2: 4, 3: 5}[agree])
+            baseline={2: 4, 3: 5}[agree], build=_sampling_rule)
     return MethodSpec(
         f"adaptive-sc-{agree}-from-{start}", f"Adaptive SC (from {start}, until {agree} agree)", "samples",
         f"adaptive self-consistency started at {start} sample(s): one more at a time until {agree} share an answer "
         "(at most the self-consistency samples); plurality over those used", rule=f"adaptive-sc-{agree}-from-{start}",
-        baseline=6 if (agree, start) == (2, 2) else 0)
+        baseline=6 if (agree, start) == (2, 2) else 0, build=_sampling_rule)
 
 
 def _esc(window: int) -> MethodSpec:
     return MethodSpec(f"esc-{window}", f"ESC (window {window})", "samples",
                       f"early-stopping self-consistency: windows of {window} samples until one window is unanimous "
-                      "(at most the self-consistency samples); plurality over every sample drawn", rule=f"esc-{window}")
+                      "(at most the self-consistency samples); plurality over every sample drawn", rule=f"esc-{window}",
+                      build=_sampling_rule)
 
 
 # The order is `--methods all`'s and the reports' row order; `baseline` orders the paired tables.
@@ -131,6 +150,14 @@ METHODS: dict[str, MethodSpec] = {
         *(_adaptive(a) for a in (2, 3)),
         *(_adaptive(a, s) for a in (2, 3) for s in (1, 2)),
         *(_esc(w) for w in (2, 3)),
+        MethodSpec("cisc-3", "CISC (3 samples)", "samples",
+                   "confidence-informed self-consistency: V=3 samples, each voting with weight softmax(mean token "
+                   "log-probability / tau), tau fitted on GSM8K train", rule="cisc-3", in_all=False,
+                   build=_sampling_rule),
+        MethodSpec(CONFIDENT_STOP, "Confident stop", "samples",
+                   "one sample; stop when its mean token log-probability clears a threshold fitted on GSM8K train, "
+                   "else draw until 2 agree (at most the self-consistency samples) and vote with CISC weights",
+                   rule=CONFIDENT_STOP, in_all=False, build=_sampling_rule),
         MethodSpec("mad", "MAD", "debate", "full mask, fixed sampling", baseline=1, build=_named, protocol="mad"),
         MethodSpec("mad-stop", "MAD stop-when-unanimous", "debate",
                    "MAD that ends as soon as all agents give the same answer (after round 0 or any later round)",
@@ -156,8 +183,8 @@ METHODS: dict[str, MethodSpec] = {
 DEFAULT_METHODS = tuple(n for n, s in METHODS.items() if s.in_all)
 # The baselines the report pairs every method with, in the order of its tables.
 BASELINES = tuple(s.name for s in sorted((s for s in METHODS.values() if s.baseline), key=lambda s: s.baseline))
-# The server's methods besides DEAR: those of `--methods all` the catalog builds live.
-SERVED = tuple(n for n, s in METHODS.items() if s.build is not None and s.in_all)
+# The server's methods besides DEAR: those of `--methods all` the catalog builds live, and every sampling rule.
+SERVED = tuple(n for n, s in METHODS.items() if s.build is not None and (s.in_all or s.rule))
 
 
 def _check_catalog() -> None:

@@ -7,9 +7,9 @@ answer extractor.
 - `extract_program(completion)`: the program in a completion: its last ```python block (```py, ```python3), else
   its last unlabelled fenced block that parses as Python (one that prints first), else the whole text. A block left open at the end of
   the completion (cut at the token limit) counts up to the end.
-- `run_pot(completion, limits)`: extract and run; a `PotRun` with the code, stdout/stderr (capped), exit status,
-  run time and the sandbox's verdict; `answer_text` is the printed output's last non-empty line when the program
-  ran to a clean end (verdict ok), else None.
+- `run_pot(completion, limits)`: extract and run; a `PotRun`: the sandbox's `SandboxResult` (verdict, stdout/stderr
+  capped, exit status, run time) plus the code and `answer_text`, the printed output's last non-empty line when
+  the program ran to a clean end (verdict ok), else None.
 - `pot_answer(completion, question, limits)`: (the extracted answer or None, the `PotRun`). A refused, failed,
   timed-out or silent program is "no answer" for that turn; nothing here raises for anything a program does.
 - `shown_parts(run, show_program)`: (reasoning, conclusion) of a `pot` turn as a later prompt shows it.
@@ -21,7 +21,7 @@ This module imports no prompt code, so dear/debate/prompts.py can import it to r
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from dear import tasks
 from dear.sandbox import DEFAULT_LIMITS, OK, SandboxLimits, SandboxResult, run_program
@@ -128,30 +128,24 @@ def answer_line(stdout: str) -> str | None:
 
 
 # ---------------------------------------------------------------- running
+# The sandbox's report fields a trace does not keep (stored runs keep the shape they were first written in).
+_NOT_STORED = frozenset({"stdout_truncated", "stderr_truncated"})
+
+
 @dataclass(frozen=True)
-class PotRun:
-    """One `pot` turn's program and what became of it (the trace keeps `to_dict()`)."""
+class PotRun(SandboxResult):
+    """One `pot` turn's program and what became of it: the sandbox's `SandboxResult` (verdict, output, exit
+    status, times, layers, `ok`) plus the program and its answer line (the trace keeps `to_dict()`)."""
 
-    code: str
-    answer_text: str | None  # the printed output's last non-empty line; None unless the program ran cleanly
-    verdict: str  # dear.sandbox.VERDICTS
-    reason: str
-    stdout: str
-    stderr: str
-    exit_status: int | None
-    wall_seconds: float
-    cpu_seconds: float
-    layers: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == OK
+    code: str = field(kw_only=True)
+    # The printed output's last non-empty line; None unless the program ran cleanly.
+    answer_text: str | None = field(kw_only=True)
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "answer_text": self.answer_text, "verdict": self.verdict, "reason": self.reason,
-                "stdout": self.stdout, "stderr": self.stderr, "exit_status": self.exit_status,
-                "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
-                "layers": list(self.layers)}
+        """The program, its answer line, then the sandbox's report as `SandboxResult.to_dict` gives it, without
+        the truncation flags."""
+        report = {k: v for k, v in super().to_dict().items() if k not in _NOT_STORED}
+        return {"code": self.code, "answer_text": self.answer_text, **report}
 
     @classmethod
     def from_dict(cls, d: dict) -> PotRun:
@@ -167,9 +161,8 @@ class PotRun:
 
 
 def _run_from(code: str, result: SandboxResult) -> PotRun:
-    return PotRun(code=code, answer_text=answer_line(result.stdout) if result.ok else None, verdict=result.verdict,
-                  reason=result.reason, stdout=result.stdout, stderr=result.stderr, exit_status=result.exit_status,
-                  wall_seconds=result.wall_seconds, cpu_seconds=result.cpu_seconds, layers=result.layers)
+    report = {f.name: getattr(result, f.name) for f in fields(SandboxResult)}
+    return PotRun(**report, code=code, answer_text=answer_line(result.stdout) if result.ok else None)
 
 
 def run_pot(completion: str, limits: SandboxLimits = DEFAULT_LIMITS) -> PotRun:

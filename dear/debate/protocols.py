@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from dear.confidence import TOP_LOGPROBS
 from dear.debate.engine import Debate, DebateConfig, RoundControl
 from dear.debate.profiles import without_backend
+from dear.debate.sampling_rules import DEFAULT_PARAMS, RuleParams, Samples, is_weighted, rule_done, rule_start
 from dear.seeds import derive_seed
-from dear.vote import tally
 
 
 class Protocol(abc.ABC):
@@ -23,6 +25,10 @@ class Protocol(abc.ABC):
 
     @abc.abstractmethod
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]: ...
+
+    def configure(self, config: DebateConfig) -> DebateConfig:
+        """The debate config this protocol runs in, from the one it is given (unchanged unless it needs more)."""
+        return config
 
 
 class FixedMaskProtocol(Protocol):
@@ -138,31 +144,48 @@ class SelfConsistencyProtocol(Protocol):
         return out
 
 
-class AdaptiveSCProtocol(Protocol):
-    """Adaptive self-consistency: start from round 0's samples and add one fresh sample per round until `agree`
-    samples share an answer (or `max_samples` exist); the plurality over all samples decides."""
+class SamplingRuleProtocol(Protocol):
+    """A sampling rule of `dear.debate.sampling_rules` (adaptive SC, ESC, CISC, confident stop, ...) run live: round 0
+    draws the rule's first samples (`rule_start`; the config's `start_width` must match `start_width` here), then one
+    fresh sample a round, the agents taking turns, until the rule stops (`rule_done`: where its replay on the same
+    samples stops) or `max_samples` exist. The vote is over every sample drawn, weighted by the model's confidence for
+    the rules that weigh (`cisc-K`, `confident-stop`: decision "confidence-weighted", temperature `params.tau`).
+    Fresh sample k sends round-0 agent k's request, so on a backend whose answer depends only on the request this
+    draws the very samples the rule reads off a stored round 0 of width `max_samples`."""
 
-    name = "adaptive-sc"
-    decision = "all-answers"
-
-    def __init__(self, n_agents: int = 3, agree: int = 2, max_samples: int = 9, temperature: float = 0.7,
-                 top_p: float = 0.9):
-        if not 1 <= agree <= max_samples or max_samples < n_agents:
-            raise ValueError(f"need 1 <= agree <= max_samples and max_samples >= n_agents, got agree={agree}, "
-                             f"max_samples={max_samples}, n_agents={n_agents}")
-        self.n_agents, self.agree, self.max_samples = int(n_agents), int(agree), int(max_samples)
+    def __init__(self, rule: str, n_agents: int = 3, max_samples: int = 9, temperature: float = 0.7,
+                 top_p: float = 0.9, params: RuleParams = DEFAULT_PARAMS):
+        first = rule_start(rule, n_agents)  # ValueError for an unknown rule
+        if not 1 <= first <= max_samples:
+            raise ValueError(f"rule {rule!r} draws {first} samples first; max_samples is {max_samples}")
+        self.rule, self.params, self.n_agents, self.max_samples = rule, params, int(n_agents), int(max_samples)
         self.temperature, self.top_p = temperature, top_p
-        self.n_rounds = self.max_samples - self.n_agents
-        self.name = f"adaptive-sc-{agree}"
+        self.start_width = min(first, self.n_agents)  # round 0's answers (DebateConfig.start_width)
+        self.n_rounds = self.max_samples - self.start_width
+        self.name = rule
+        self.decision = "confidence-weighted" if is_weighted(rule) else "all-answers"
+
+    def configure(self, config: DebateConfig) -> DebateConfig:
+        """`config` with the rule's round-0 width, its vote temperature, and log-probabilities asked for when the
+        rule reads confidences."""
+        logprobs = TOP_LOGPROBS if is_weighted(self.rule) and config.logprobs is None else config.logprobs
+        return replace(config, start_width=self.start_width, vote_tau=self.params.tau, logprobs=logprobs)
+
+    def done(self, debate: Debate) -> bool:
+        """Whether the rule stops at the debate's samples (or no sample is left to draw)."""
+        drawn = Samples.of_turns(debate.voters("all-answers"))
+        return len(drawn.keys) >= self.max_samples or rule_done(drawn, self.rule, self.n_agents, self.params)
 
     def controls(self, debates: Sequence[Debate]) -> list[RoundControl]:
         out = []
         for d in debates:
-            t = tally([t.answer_key for t in d.voters("all-answers")])
-            done = t.top >= self.agree or d.n_samples >= self.max_samples
-            turn = (d.n_samples - self.n_agents) % self.n_agents  # the agents take turns drawing
+            answered = sum(not t.waiting for t in d.trace.rounds[0])
+            if d.round == 0 and answered != self.start_width:
+                raise ValueError(f"rule {self.rule!r} draws {self.start_width} sample(s) in round 0, the debate drew "
+                                 f"{answered}: run it with DebateConfig.start_width={self.start_width}")
+            turn = d.n_samples % self.n_agents  # the agents take turns drawing
             kinds = tuple("fresh" if i == turn else "keep" for i in range(self.n_agents))
-            out.append(_control(self.n_agents, self.temperature, self.top_p, kinds, stop=done))
+            out.append(_control(self.n_agents, self.temperature, self.top_p, kinds, stop=self.done(d)))
         return out
 
 

@@ -4,7 +4,7 @@ Every turn's answer is extracted again from its stored completion text (`prompts
 answer, never an echoed one; a letter that is not an option is no answer), normalised, grouped into the
 debate's answer classes in round/agent order (as the engine does while it runs) and graded against the gold
 answer. The final vote is then taken again by the rule that took it (the last round, or every new sample for a
-policy that votes over all answers): its score over tied leaders, and its seeded pick with the engine's own RNG
+policy that votes over all answers, or every new sample weighted by its stored confidence): its score over tied leaders, and its seeded pick with the engine's own RNG
 (`vote_seed_of`, the last round's index), so an unchanged vote keeps its pick. The rule is the one the trace
 records (`DebateTrace.decision`); a trace written before every rule was recorded is re-voted only by the rule its
 caller names (`vote_rule`, eval.regrade's --vote-rule), never by one guessed from its stored vote: without one it
@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dear.debate import prompts
-from dear.debate.engine import DECISIONS, graded_answer, vote_seed_of
+from dear.debate.engine import DECISIONS, confidence_weights, graded_answer, vote_seed_of
 from dear.debate.trace import AgentTurn, DebateTrace, voting_turns
 from dear.tasks.equivalence import AnswerClasses
 from dear.tasks.types import Question
@@ -93,7 +93,12 @@ def regrade_trace(trace: DebateTrace, question: Question, engine_seed: int,
                          "measured, which the trace does not hold; it cannot be re-voted")
     voters = voting_turns(out.rounds, decision)
     rng = np.random.default_rng([vote_seed_of(engine_seed, trace.seed), len(out.rounds) - 1])
-    out.set_vote(vote([t.answer_key for t in voters], [t.correct for t in voters], rng))
+    weights = None
+    if decision == "confidence-weighted":  # the confidences are stored with the turns, the temperature with the trace
+        if trace.vote_tau is None:
+            raise MissingVoteRule(f"debate {trace.debate_id}: a confidence-weighted vote without its vote_tau")
+        weights = confidence_weights(voters, trace.vote_tau, trace.debate_id)
+    out.set_vote(vote([t.answer_key for t in voters], [t.correct for t in voters], rng, weights))
     out.decision = decision  # recorded: the next re-grade needs no rule named
     return out
 

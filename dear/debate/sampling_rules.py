@@ -3,7 +3,7 @@
 - `cot`: the first sample; `sc-k`: the plurality over the first k (sc-3 is the round-0 majority of 3 agents);
 - `adaptive-sc-a`: start from the first `start` samples (the debates' V, default 3), add one sample at a time
   until `a` samples share an answer or all are used, then the plurality over those used — the decisions of
-  `dear.debate.protocols.AdaptiveSCProtocol`. Its fresh sample k sends round-0 agent k's request (same messages,
+  `dear.debate.protocols.SamplingRuleProtocol`. Its fresh sample k sends round-0 agent k's request (same messages,
   sampling and seed), so on a backend whose answer depends only on the request, as a real model's does, it is that
   sample (tests/dear/debate/test_sampling_rules.py); the sim backend draws a fresh turn from the drawing agent's own
   random stream, so there it is the same only in distribution;
@@ -31,15 +31,21 @@ stored round 0) and by `eval.bank_replay` (on a sample bank, order-averaged by `
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from dear.confidence import record_of
 from dear.debate.trace import AgentTurn, DebateTrace
 from dear.vote import Tally, key_correct, tally, weighted_tally
 
 ROUND0_AGENTS = 3  # the debates' V: adaptive rules start from this many samples unless told otherwise
+# The confidence summary (dear.confidence.SUMMARIES) the confidence rules read from a turn, live and stored alike
+RULE_SUMMARY = "mean_logprob"
 # How a round's answers agree: what a regulator sees after round 0 (simworld.sampling_validation, policy_states)
 AGREEMENT_STATES = ("unanimous", "two agree", "all differ")
 
@@ -72,8 +78,20 @@ class Samples:
 
     @classmethod
     def of_turns(cls, turns: Sequence[AgentTurn]) -> Samples:
+        """The turns as samples, with each one's `RULE_SUMMARY` confidence (None where the backend sent none: the
+        turn's "missing" marker); no confidences at all when no turn asked for log-probabilities (a confidence rule
+        then refuses them rather than count them equally)."""
+        asked = any(t.confidence is not None for t in turns)
         return cls(tuple(t.answer_key for t in turns), tuple(bool(t.correct) for t in turns),
-                   tuple(int(t.prompt_tokens + t.completion_tokens) for t in turns))
+                   tuple(int(t.prompt_tokens + t.completion_tokens) for t in turns),
+                   tuple(turn_confidence(t) for t in turns) if asked else None)
+
+
+def turn_confidence(turn: AgentTurn) -> float | None:
+    """A turn's `RULE_SUMMARY` confidence: None for a turn without log-probabilities (none asked, or a "missing"
+    marker) or whose summary is undefined."""
+    record = record_of(turn.confidence)
+    return None if record is None else record.value(RULE_SUMMARY)
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,53 @@ class RuleParams:
 
 
 DEFAULT_PARAMS = RuleParams()
+# The confidence rules' parameters fitted on GSM8K train questions (eval.bank_replay --params-out): what eval.run and
+# dear.serve run cisc-K and confident-stop with unless told otherwise, on every benchmark (zero-shot, as the policy)
+DEFAULT_RULE_PARAMS = Path(__file__).resolve().parents[2] / "configs" / "rule-params-gsm8k-train.json"
+
+
+@dataclass(frozen=True)
+class FittedParams:
+    """Per-rule parameters fitted on training questions, with where they came from (a JSON file)."""
+
+    rules: dict[str, RuleParams]
+    summary: str  # the confidence summary they were fitted on
+    provenance: dict[str, Any]  # command, fit shelf, questions, token price
+
+    def of(self, rule: str) -> RuleParams:
+        """The rule's parameters; a rule that reads no confidence needs none (DEFAULT_PARAMS)."""
+        if not is_weighted(rule):
+            return DEFAULT_PARAMS
+        if rule not in self.rules:
+            raise ValueError(f"no fitted parameters for rule {rule!r} (fitted: {', '.join(self.rules) or 'none'}); "
+                             f"fit them with python -m eval.bank_replay --params-out FILE")
+        return self.rules[rule]
+
+    def to_json(self) -> str:
+        rules = {name: {"tau": p.tau, "threshold": None if math.isinf(p.threshold) else p.threshold, "agree": p.agree}
+                 for name, p in self.rules.items()}
+        return json.dumps({"summary": self.summary, **self.provenance, "rules": rules}, indent=2) + "\n"
+
+    @classmethod
+    def load(cls, path: str | Path) -> FittedParams:
+        """Read a params file; a clear error naming the file for a missing file, a bad key or another summary than
+        the one the rules read (`RULE_SUMMARY`)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"rule params file {path} does not exist; fit one with "
+                                    "python -m eval.bank_replay --params-out FILE")
+        d = json.loads(path.read_text(encoding="utf-8"))
+        if d.get("summary") != RULE_SUMMARY:
+            raise ValueError(f"{path}: fitted on confidence summary {d.get('summary')!r}; the rules read "
+                             f"{RULE_SUMMARY!r}")
+        rules = {}
+        for name, p in d.get("rules", {}).items():
+            try:
+                threshold = math.inf if p.get("threshold") is None else float(p["threshold"])
+                rules[name] = RuleParams(tau=float(p["tau"]), threshold=threshold, agree=int(p.get("agree", 2)))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{path}: rules.{name}: {e}") from None
+        return cls(rules, d["summary"], {k: v for k, v in d.items() if k not in ("summary", "rules")})
 
 
 def _unknown(rule: str) -> ValueError:
@@ -174,6 +239,36 @@ def samples_used(s: Samples, rule: str, start: int = ROUND0_AGENTS, params: Rule
     if k < 1:
         raise ValueError(f"rule {rule!r}: needs at least 1 sample")
     return _esc_used(s.keys, k) if name == "esc" else _prefix(s, rule, k)
+
+
+def rule_start(rule: str, start: int = ROUND0_AGENTS) -> int:
+    """The samples a rule draws before its first decision: 1 for `cot` and `confident-stop`, S for
+    `adaptive-sc-A-from-S`, `start` for `adaptive-sc-A`, one window for `esc-W`, and K for `sc-K` / `cisc-K`
+    (they decide nothing: they draw all K at once)."""
+    if rule in ("cot", CONFIDENT_STOP):
+        return 1
+    if m := _FROM.fullmatch(rule):
+        return int(m[2])
+    name, _, arg = rule.rpartition("-")
+    if name not in ("sc", "adaptive-sc", "esc", "cisc") or not arg.isdigit():
+        raise _unknown(rule)
+    return start if name == "adaptive-sc" else int(arg)
+
+
+# An answer no sample can share (the draw that might come next): a rule reading it would have to go on
+_UNSEEN = Samples((None,), (False,), (0,), (None,))
+
+
+def rule_done(s: Samples, rule: str, start: int = ROUND0_AGENTS, params: RuleParams = DEFAULT_PARAMS) -> bool:
+    """Whether a rule that has drawn the samples `s` (in draw order) stops there: it reads no further sample even
+    when one more could be drawn. This is `samples_used` itself, asked with one unseen sample appended, so a live
+    draw stops exactly where the replay of the same samples does (`sc-K` / `cisc-K`: once K are drawn)."""
+    name, _, arg = rule.rpartition("-")
+    if name in ("sc", "cisc") and arg.isdigit():
+        return len(s.keys) >= int(arg)
+    more = Samples(s.keys + _UNSEEN.keys, s.correct + _UNSEEN.correct, s.tokens + _UNSEEN.tokens,
+                   None if s.confidence is None else s.confidence + _UNSEEN.confidence)
+    return samples_used(more, rule, start, params) <= len(s.keys)
 
 
 def cisc_weights(confidence: Sequence[float | None], tau: float) -> list[float]:

@@ -151,6 +151,8 @@ class DebateTrace:
     # `dear.debate.regrade` re-votes such a trace only by a rule it is given (eval.regrade --vote-rule), never a
     # guessed one.
     decision: str | None = None
+    # A confidence-weighted vote's softmax temperature (DebateConfig.vote_tau); None (and not written) otherwise.
+    vote_tau: float | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -236,9 +238,9 @@ class DebateTrace:
     # ---- serialisation ----
     def to_dict(self) -> dict[str, Any]:
         """Plain data; a turn without a profile has no profile keys, a debate in pool order no `pool_order` and one
-        without a recorded vote rule no `decision` (an older trace is written again as it was, byte for byte)."""
+        without a recorded vote rule no `decision`, one not confidence-weighted no `vote_tau` (an older trace is written again as it was, byte for byte)."""
         d = asdict(self)
-        for key in ("pool_order", "decision"):
+        for key in ("pool_order", "decision", "vote_tau"):
             if d[key] is None:
                 del d[key]
         for key in ("rounds", "discarded_rounds"):

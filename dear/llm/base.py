@@ -103,6 +103,8 @@ class TokenMeter:
     Backends add to the process-wide `GENERATED_TOKENS` as tokens come back (llama.cpp per streamed token, HTTP
     per completion, batch backends per batch), so a progress display can show tokens and tokens/s while
     requests are still in flight instead of only when a batch ends. Served-from-cache completions add nothing.
+    A backend that replays stored samples (a sample bank) adds their completion tokens to `REPLAYED_TOKENS`
+    instead: no model generated them, but they are the work a debate did, so a display counts them apart.
     """
 
     def __init__(self) -> None:
@@ -120,6 +122,7 @@ class TokenMeter:
 
 
 GENERATED_TOKENS = TokenMeter()  # every backend in this process counts here
+REPLAYED_TOKENS = TokenMeter()  # completion tokens of stored samples replayed in this process (dear/bank)
 
 
 def count_generated(completions: Sequence[Completion]) -> list[Completion]:

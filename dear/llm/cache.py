@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion, serves
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.wrapper import BackendWrapper
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,19 @@ def cache_key(model_id: str, request: ChatRequest, occurrence: int = 0) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def occurrence_keys(model_id: str, requests: Sequence[ChatRequest], seen: dict[str, int] | None = None) -> list[str]:
+    """The `cache_key` of each request, numbering identical requests by occurrence. `seen` counts the occurrences
+    so far (updated in place, so a caller that keeps it numbers across calls); None counts within this batch."""
+    seen = {} if seen is None else seen
+    keys = []
+    for request in requests:
+        base = cache_key(model_id, request)
+        occurrence = seen.get(base, 0)
+        seen[base] = occurrence + 1
+        keys.append(cache_key(model_id, request, occurrence) if occurrence else base)
+    return keys
+
+
 def prime(path: str | os.PathLike, entries: Sequence[tuple[str, ChatRequest, Completion]]) -> int:
     """Store (model id, request, completion) entries in the cache file at `path` under the keys `CachedBackend`
     looks them up by, so a later run replays them instead of generating; existing entries are kept. Returns the
@@ -68,22 +82,20 @@ def prime(path: str | os.PathLike, entries: Sequence[tuple[str, ChatRequest, Com
         db.close()
 
 
-class CachedBackend(Backend):
-    """Wraps a backend; answers repeated requests from disk and sends only the misses, in one batch call.
+class CachedBackend(BackendWrapper):
+    """Wraps a backend; answers repeated requests from disk and sends only the misses, in one batch call. The rest
+    (identity, token counts, `serves`) is the wrapped backend's (`BackendWrapper`).
 
     `enabled=False` passes everything through (training rollouts want fresh samples) while keeping the
     same object shape. Counters `hits` and `misses` accumulate over the object's life.
     """
 
     def __init__(self, inner: Backend, path: str | os.PathLike, enabled: bool = True):
-        self.inner = inner
+        super().__init__(inner)
         self.path = Path(path)
         self.enabled = enabled
         self.hits = 0
         self.misses = 0
-        self.model_id = inner.model_id
-        self.synthetic = inner.synthetic
-        self.context_length = inner.context_length
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if enabled:
@@ -122,20 +134,10 @@ class CachedBackend(Backend):
         return (f"response cache {self.path}: cannot be used as an SQLite cache ({e}); it is damaged or not a "
                 f"cache: move it away or choose another cache path")
 
-    def _keys(self, requests: Sequence[ChatRequest]) -> list[str]:
-        seen: dict[str, int] = {}
-        keys = []
-        for request in requests:
-            base = cache_key(self.model_id, request)
-            occurrence = seen.get(base, 0)
-            seen[base] = occurrence + 1
-            keys.append(cache_key(self.model_id, request, occurrence) if occurrence else base)
-        return keys
-
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         if not self.enabled or self._db is None:
             return self.inner.generate(requests)
-        keys = self._keys(requests)
+        keys = occurrence_keys(self.model_id, requests)
         results: list[Completion | None] = [None] * len(requests)
         with self._lock:
             for i, key in enumerate(keys):
@@ -152,18 +154,13 @@ class CachedBackend(Backend):
                     except (ValueError, TypeError) as e:  # one damaged entry: ask the model again
                         log.warning("response cache %s: entry %s cannot be parsed (%s); regenerating it",
                                     self.path, key[:12], e)
-        missing = [i for i, c in enumerate(results) if c is None]
-        self.hits += len(requests) - len(missing)
-        self.misses += len(missing)
-        if missing:
-            fresh = self.inner.generate([requests[i] for i in missing])
-            if len(fresh) != len(missing):
-                raise RuntimeError(
-                    f"{type(self.inner).__name__} returned {len(fresh)} completions for {len(missing)}"
-                )
+        hits = sum(c is not None for c in results)
+        self.hits += hits
+        self.misses += len(requests) - hits
+        fresh = self.fill_missing(requests, results)
+        if fresh:
             rows = []
-            for i, completion in zip(missing, fresh):
-                results[i] = completion
+            for i, completion in fresh:
                 if completion.ok:
                     stored = asdict(completion)
                     stored["cached"] = False
@@ -175,18 +172,12 @@ class CachedBackend(Backend):
         log.debug(
             "response cache %s: %d hits, %d misses in this batch (totals %d/%d)",
             self.path.name,
-            len(requests) - len(missing),
-            len(missing),
+            hits,
+            len(fresh),
             self.hits,
             self.misses,
         )
         return results  # type: ignore[return-value]
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def serves(self, task: str, question_id: str) -> bool:
-        return serves(self.inner, task, question_id)
 
     def close(self) -> None:
         """Closes the database and the wrapped backend (the cache owns it)."""
@@ -195,4 +186,4 @@ class CachedBackend(Backend):
         if self._db is not None:
             self._db.close()
             self._db = None
-        self.inner.close()
+        super().close()

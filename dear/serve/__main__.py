@@ -134,15 +134,19 @@ def checked_profiles(a: argparse.Namespace, n_agents: int) -> tuple[AgentProfile
     return profiles
 
 
-def backend_options(a: argparse.Namespace, n_agents: int) -> dict[str, Any]:
+def backend_options(a: argparse.Namespace, n_agents: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `--llm` backend's options, and those of the llama.cpp backends agent profiles name besides it: one slot
+    decoding repeatably (--repeatable), else one slot per agent turn of a full batch (at most 16)."""
     options = dict(a.llm_option)
     specs = backend_specs(on_backend(a.agent_profiles, a.llm)) if a.agent_profiles else [a.llm]
     repeatable = repeatable_of(a.repeatable, specs, options.get("n_parallel"), "--llm-option n_parallel=")
+    llama: dict[str, Any] = ({"n_parallel": 1, "repeatable": True} if repeatable
+                             else {"n_parallel": max(1, min(16, a.max_active * n_agents))})
     if uses_llama_cpp(a.llm) and repeatable:  # one request at a time (dear.llm.local)
-        options.update(n_parallel=1, repeatable=True)
-    elif uses_llama_cpp(a.llm):  # llama.cpp slots: one per agent turn of a full batch
-        options.setdefault("n_parallel", max(1, min(16, a.max_active * n_agents)))
-    return options
+        options.update(llama)
+    elif uses_llama_cpp(a.llm):
+        options.setdefault("n_parallel", llama["n_parallel"])
+    return options, llama
 
 
 def serve_app(a: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -157,13 +161,14 @@ def serve_app(a: argparse.Namespace) -> tuple[Any, list[str]]:
     except ValueError as e:
         raise ValueError(f"--encoder: {e}") from e
     profiles = checked_profiles(a, exported.n_agents)
-    options = backend_options(a, exported.n_agents)
+    options, llama = backend_options(a, exported.n_agents)
 
     def build() -> RegulatedDebater:
         return RegulatedDebater(exported, a.llm, n_rounds=a.n_rounds, max_tokens=a.max_tokens,
                                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, encoder=a.encoder,
                                 cache=a.cache, allow_encoder_mismatch=a.allow_encoder_mismatch,
-                                agent_profiles=profiles, **options)
+                                agent_profiles=profiles, profile_options=None if uses_llama_cpp(a.llm) else llama,
+                                **options)
 
     scheduler = DebateScheduler(build, max_active=a.max_active, max_queue=a.max_queue,
                                 batch_window_s=a.batch_window_ms / 1000, retry_s=a.backend_retry_s)

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dear.llm.base import Backend, BackendError, ChatRequest, Completion, serves
+from dear.llm.base import Backend, BackendError, ChatRequest, Completion
+from dear.llm.wrapper import BackendWrapper
 
 
 @dataclass(eq=False)
@@ -25,11 +26,12 @@ class _Call:
     done: bool = False
 
 
-class SharedBatch(Backend):
-    """A backend shared by engines that step together (see the module docstring)."""
+class SharedBatch(BackendWrapper):
+    """A backend shared by engines that step together (see the module docstring). Identity, token counts and
+    `serves` are the wrapped backend's (`BackendWrapper`); `close` leaves the wrapped backend open."""
 
     def __init__(self, inner: Backend):
-        self.inner = inner
+        super().__init__(inner)
         self._cv = threading.Condition()
         self._gathering = False
         self._running = 0  # threads of the current `run_together` neither waiting in generate nor done
@@ -37,25 +39,6 @@ class SharedBatch(Backend):
         self._pool: ThreadPoolExecutor | None = None
         self._workers = 0
         self.calls = 0  # generate calls made to the wrapped backend
-
-    # The wrapped backend's identity, read live: some backends learn their context length after connecting.
-    @property
-    def model_id(self) -> str:  # type: ignore[override]
-        return self.inner.model_id
-
-    @property
-    def synthetic(self) -> bool:  # type: ignore[override]
-        return self.inner.synthetic
-
-    @property
-    def context_length(self) -> int | None:  # type: ignore[override]
-        return self.inner.context_length
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def serves(self, task: str, question_id: str) -> bool:
-        return serves(self.inner, task, question_id)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         with self._cv:

@@ -10,7 +10,10 @@ R exchange rounds, `--max-tokens` per turn, round 0 at `--temperature`/`--top-p`
   exchange round draws V fresh samples from the question alone, and the plurality over all samples decides;
 - `majority`: the plurality of round 0's V independent answers, no exchange;
 - `mad`: every agent reads every peer for R rounds at the round-0 sampling;
-- `mad-stop`: MAD that ends after the first round in which every agent gave the same answer.
+- `mad-stop`: MAD that ends after the first round in which every agent gave the same answer;
+- the sampling rules (`adaptive-sc-A`, `adaptive-sc-A-from-S`, `esc-W`, `cisc-3`, `confident-stop`): the rule's first
+  samples, then one fresh sample a round until it stops (at most V * (R + 1)); the confidence rules ask for
+  log-probabilities and run with the parameters fitted on GSM8K train (`DEFAULT_RULE_PARAMS`).
 
 Every method runs on an engine over one shared backend (`SharedBatch`), so the scheduler advances all of
 them in one batched backend call per step. With agent profiles (`--agent-profiles`, dear/debate/profiles.py)
@@ -26,6 +29,7 @@ from typing import Any
 
 from dear.debate.engine import DECISIONS, DebateConfig, DebateEngine
 from dear.debate.methods import DEAR, METHODS, SERVED
+from dear.debate.sampling_rules import DEFAULT_RULE_PARAMS, FittedParams
 from dear.infer import RegulatedDebater
 from dear.llm.base import Backend
 
@@ -87,11 +91,14 @@ def served_names(dear_name: str = DEAR) -> dict[str, str]:
     return {(dear_name if m == DEAR else m): m for m in SERVED_METHODS}
 
 
-def build_methods(debater: RegulatedDebater, backend: Backend) -> Mapping[str, ServedMethod]:
+def build_methods(debater: RegulatedDebater, backend: Backend,
+                  fitted: FittedParams | None = None) -> Mapping[str, ServedMethod]:
     """Every served method on `backend` (the debater's, wrapped so the engines share its batches) and the
     other backends the debater's profiles name, with the debater's settings (its profiles among them): DEAR with
-    the debater's protocol, the others as the catalog builds them. Methods whose configs are equal share one
-    engine."""
+    the debater's protocol, the others as the catalog builds them (the confidence rules with `fitted`, by default
+    the committed fit `DEFAULT_RULE_PARAMS`). Methods whose configs are equal share one engine."""
+    if fitted is None and any(METHODS[name].reads_confidence for name in SERVED):
+        fitted = FittedParams.load(DEFAULT_RULE_PARAMS)
     dear_cfg = debater.config
     # The policy may run with silent turns (trained so); the baselines run as the harness runs them.
     base = replace(dear_cfg, silent=False)
@@ -106,6 +113,6 @@ def build_methods(debater: RegulatedDebater, backend: Backend) -> Mapping[str, S
     methods = {DEAR: ServedMethod(DEAR, engine(dear_cfg), debater.protocol(), exchanges=True)}
     for name in SERVED:
         spec = METHODS[name]
-        config, protocol = spec.make(base, samples)
+        config, protocol = spec.make(base, samples, fitted)
         methods[name] = ServedMethod(name, engine(config), protocol, exchanges=spec.exchanges)
     return methods

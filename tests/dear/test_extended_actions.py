@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from dear.belief import opinions
 from dear.debate import DebateConfig, DebateEngine
 from dear.debate.engine import TURN_KINDS
-from dear.debate.protocols import (AdaptiveSCProtocol, MADProtocol, MajorityProtocol, SelfConsistencyProtocol,
+from dear.debate.protocols import (SamplingRuleProtocol, MADProtocol, MajorityProtocol, SelfConsistencyProtocol,
                                    StopWhenUnanimousProtocol)
 from dear.evidence import make_encoder
 from dear.policy import KINDS, LEADER_FEATURE, JointPolicy, PolicyConfig, selection_obs_dim
@@ -178,15 +178,17 @@ def test_sc_is_a_setting_of_the_extended_policy():
         assert b.trace.final_score == a.trace.final_score
 
 
-@pytest.mark.parametrize("agree", [2, 3])
-def test_adaptive_sc_is_a_setting_of_the_extended_policy(agree):
-    """One fresh sample a round until `agree` answers agree (at most 9): AdaptiveSCProtocol's samples and votes."""
+@pytest.mark.parametrize("agree,start", [(2, None), (3, None), (2, 1), (3, 1), (2, 2), (3, 2)])
+def test_adaptive_sc_is_a_setting_of_the_extended_policy(agree, start):
+    """From V (or `start`) samples, one fresh sample a round until `agree` answers agree: SamplingRuleProtocol's
+    samples and votes (single CoT and adaptive SC started at 1 or 2 as settings of a policy that starts narrower)."""
     policy = extended_policy(kinds_mode="fresh-one", stop_mode="agree", stop_agree=agree / 3,
                              behavior_mode="fixed", behavior_map="clip")
-    config = DebateConfig(n_agents=3, n_rounds=6, seed=5, decision="all-answers")
+    config = DebateConfig(n_agents=3, n_rounds=6, seed=5, decision="all-answers", start_width=start)
     mine = DebateEngine(FakeBackend(by_seed), config).run(
         QUESTIONS, RegulatedProtocol(policy, make_encoder("hashing"), config))
-    theirs = DebateEngine(FakeBackend(by_seed), config).run(QUESTIONS, AdaptiveSCProtocol(3, agree, 9))
+    rule = SamplingRuleProtocol(f"adaptive-sc-{agree}" + (f"-from-{start}" if start else ""), 3, 9)
+    theirs = DebateEngine(FakeBackend(by_seed), rule.configure(config)).run(QUESTIONS, rule)
     assert len({d.n_samples for d in theirs}) > 1  # the stop is exercised at several sample counts
     for a, b in zip(theirs, mine):
         assert b.n_samples == a.n_samples and b.trace.vote_counts == a.trace.vote_counts

@@ -310,3 +310,94 @@ def test_inference_on_the_smoke_model_shows_rounds_and_tokens(capsys):
     line = _last_progress_line(err, "1 debate(s)")
     assert "2/2" in line and "tok=0," not in line and "tok/s=" in line
     assert "llama.cpp: " in err and " cores, load " in err  # the thread count, stated once at start
+
+
+# ------------------------------------------------------------------ replayed tokens (the bank world)
+
+
+def test_replayed_tokens_count_in_the_rate_and_the_line_says_they_were_replayed():
+    """Issue 59 item 1 in the bank world: tokens of stored samples replayed (no model generated them) still give
+    the tokens, tokens/s and an ETA before any unit is done, and the line says they were replayed."""
+    generated, replayed = [40], [1000]  # counters that already stood somewhere: the display shows the increase
+    out = io.StringIO()
+    p = LiveProgress(100, "HAPPO", tokens=lambda: generated[0], replayed=lambda: replayed[0], file=out,
+                     refresh_s=3600, line_every_s=3600, expected_tokens_per_unit=500)
+    replayed[0] += 250  # half a unit's work, all replayed, nothing finished
+    time.sleep(0.05)
+    p.tick(line=True)
+    line = out.getvalue().splitlines()[-1]
+    assert "0/100" in line and "tok=250 replayed," in line and "<?" not in line
+    snap = p.snapshot()
+    assert (snap.tokens, snap.replayed) == (250, 250)
+    assert p.rate() == pytest.approx(0.5 / snap.elapsed_s, rel=0.2)
+    generated[0] += 750  # a live model generated the rest
+    p.update(2)
+    assert p.tokens_per_unit() == 500  # 1,000 tokens, generated or replayed, for 2 units
+    p.tick(line=True)
+    assert "tok=1,000 (250 replayed)," in out.getvalue().splitlines()[-1]
+    p.close()
+    only_generated = LiveProgress(1, "x", tokens=lambda: 3, enabled=False)
+    assert only_generated.snapshot().replayed == 0
+    only_generated.close()
+
+
+def test_the_expected_tokens_of_a_debate_count_the_turns_that_may_call_the_model():
+    """Before the first debate finishes the ETA expects 0.6 x llm.max_tokens per turn that may call the model: in the
+    bank world (env.start_width 1) one sample in round 0, then every agent in each later round."""
+    from train.runner import EXPECTED_SHARE_OF_MAX_TOKENS, expected_debate_tokens
+
+    bank = load_config("gsm8k")
+    assert (bank.env.start_width, bank.env.n_agents, bank.env.n_rounds) == (1, 3, 2)
+    assert expected_debate_tokens(bank) == pytest.approx((1 + 3 * 2) * bank.llm.max_tokens * EXPECTED_SHARE_OF_MAX_TOKENS)
+    every = load_config("sim-stylised")
+    assert every.env.start_width is None
+    assert expected_debate_tokens(every) == pytest.approx(
+        every.env.n_agents * (every.env.n_rounds + 1) * every.llm.max_tokens * EXPECTED_SHARE_OF_MAX_TOKENS)
+
+
+def test_the_bank_world_shows_its_replayed_tokens_and_an_eta_on_the_progress_line(tmp_path, capsys):
+    """The main job's world in small (configs/gsm8k-quick on the committed bank): the progress line counts the
+    replayed samples' tokens (it once showed tok=0 there), says they were replayed, and shows an ETA."""
+    cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=16",
+                                      f"run.out_dir={tmp_path}"])
+    snaps = []
+    trainer = Trainer(cfg, progress=True, on_progress=snaps.append)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    end = [s for s in snaps if s.done == 16]
+    assert end and end[-1].tokens > 0 and end[-1].replayed == end[-1].tokens  # no model generated any of them
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("HAPPO:")]
+    assert lines and "16/16" in lines[-1] and " replayed, tok/s=" in lines[-1] and "<?" not in lines[-1], lines
+
+
+def test_the_ray_pool_polls_its_engines_for_generated_and_replayed_tokens():
+    """With LLM engine actors the driver asks each for both counts; with in-worker backends the tokens of returned
+    chunks count whole (replayed ones included) and nothing is reported apart as replayed."""
+    from dear.llm.base import REPLAYED_TOKENS
+    from train.workers import LLMEngine, RayPool
+
+    class Remote:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self):
+            return self.value
+
+    class Engine:
+        def __init__(self, generated, replayed):
+            self.generated_tokens, self.replayed_tokens = Remote(generated), Remote(replayed)
+
+    class Ray:
+        @staticmethod
+        def get(refs, timeout=None):
+            return list(refs)
+
+    pool = RayPool.__new__(RayPool)  # no Ray: only the counters
+    pool.ray, pool.engines = Ray(), [Engine(5, 100), Engine(0, 50)]
+    pool._engine_tokens = pool._engine_replayed = pool._chunk_tokens = 0
+    assert (pool.generated_tokens(), pool.replayed_tokens()) == (5, 150)
+    pool.engines, pool._chunk_tokens = [], 70
+    assert (pool.generated_tokens(), pool.replayed_tokens()) == (70, 0)
+    assert LLMEngine.replayed_tokens(None) == REPLAYED_TOKENS.total()

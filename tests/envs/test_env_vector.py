@@ -7,28 +7,22 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import envs  # noqa: F401
-from dear.llm.base import Backend
+from dear.llm.wrapper import BackendWrapper
 from dear.policy import JointPolicy, PolicyConfig
 from dear.sim import SimBackend
 from envs.vector_env import DebateVectorEnv
 
 
-class CountingBackend(Backend):
+class CountingBackend(BackendWrapper):
     """Test double that forwards to the real sim backend and records each generate call's batch size."""
 
-    def __init__(self, inner: Backend):
-        self.inner = inner
-        self.model_id = inner.model_id
-        self.synthetic = inner.synthetic
-        self.context_length = inner.context_length
+    def __init__(self, inner):
+        super().__init__(inner)
         self.calls: list[int] = []
 
     def generate(self, requests):
         self.calls.append(len(requests))
         return self.inner.generate(requests)
-
-    def count_tokens(self, text):
-        return self.inner.count_tokens(text)
 
 
 def make(num_envs=4, **kw):

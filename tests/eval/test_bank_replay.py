@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from dear.bank.store import Bank, BankSample, ShelfKey
-from dear.debate.sampling_rules import RuleParams
+from dear.debate.sampling_rules import FittedParams, RuleParams
 from eval import bank_replay as B
 
 
@@ -63,7 +63,13 @@ def test_the_report_end_to_end(tmp_path):
     out = tmp_path / "out"
     assert B.main(["--bank", str(tmp_path / "bank"), "--out", str(out), "--orders", "3", "--n-boot", "50",
                    "--prices", "0.01,0.002"]) == 0
-    assert {p.name for p in out.iterdir()} == {"summary.md", "summary.csv", "accuracy_vs_tokens.png"}
+    assert {p.name for p in out.iterdir()} == {"summary.md", "summary.csv", "accuracy_vs_tokens.png",
+                                               "rule_params.json"}
+    # the fit as eval.run and dear.serve read it: tau per CISC K, confident stop at the first price
+    fitted = FittedParams.load(out / "rule_params.json")
+    assert set(fitted.rules) == {"cisc-3", "cisc-5", "cisc-9", "confident-stop"}
+    assert fitted.provenance["confident_stop_price"] == 0.01 and fitted.provenance["fit_questions"] > 0
+    assert fitted.provenance["fit_shelf"] == "gsm8k-train-cot-t0.7-p0.9-m384"
     rows = list(csv.DictReader((out / "summary.csv").open(encoding="utf-8")))
     rules = [r["rule"] for r in rows]
     assert rules == ["cot", "sc-3", "sc-9", *(f"adaptive-sc-{a}-from-{s}" for a in (2, 3) for s in (1, 2, 3)),

@@ -1,12 +1,13 @@
 """eval.run's adaptive self-consistency (`adaptive-sc-2`, `adaptive-sc-3`): read from the stored wide round 0
 without generating anything, cut to the answers the rule reads, voted like every method, equal to the engine's
-AdaptiveSCProtocol, and reported like every method. Against a scripted backend whose answer depends only on the
+SamplingRuleProtocol, and reported like every method. Against a scripted backend whose answer depends only on the
 request, as a real model's sample does (the sim backend draws a fresh turn with the drawing agent's own random
 stream, so its fresh sample k is round-0 agent k only in distribution)."""
 
 from __future__ import annotations
 
 import csv
+import json
 import zlib
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from dear import tasks
 from dear.debate.engine import DebateConfig, DebateEngine
-from dear.debate.protocols import AdaptiveSCProtocol
+from dear.debate.protocols import SamplingRuleProtocol
 from dear.debate.sampling_rules import Samples, rule_outcome
 from dear.debate.trace import read_jsonl
 from eval import methods as M
@@ -71,14 +72,14 @@ def test_the_adaptive_methods_read_the_stored_round0_and_generate_nothing(evalua
 
 
 def test_the_adaptive_methods_decide_as_the_engines_protocol(evaluated):
-    """AdaptiveSCProtocol draws fresh samples in exchange rounds; fresh sample k is round-0 agent k of the stored
+    """SamplingRuleProtocol draws fresh samples in exchange rounds; fresh sample k is round-0 agent k of the stored
     wide round 0, so the engine's debates and the offline cut score alike."""
     out, _, _ = evaluated
     qs = tasks.load("gsm8k", n=N, seed=0)
     engine = DebateEngine(FakeBackend(by_seed), DebateConfig(n_agents=3, n_rounds=0, max_tokens=384, seed=0))
     for agree in (2, 3):
         offline = {t.question_id: t for t in read_jsonl(out / "traces" / "gsm8k" / f"adaptive-sc-{agree}.jsonl")}
-        for d in engine.run(qs, AdaptiveSCProtocol(3, agree=agree, max_samples=SC)):
+        for d in engine.run(qs, SamplingRuleProtocol(f"adaptive-sc-{agree}", 3, max_samples=SC)):
             t = offline[d.question.id]
             assert d.trace.final_score == pytest.approx(t.final_score)
             assert d.n_samples == len(t.rounds[0])
@@ -134,3 +135,45 @@ def test_a_rule_that_cannot_reach_its_agreement_is_refused():
     with pytest.raises(ValueError, match=r"esc-3.*needs --sc-samples >= 3, got 2"):
         M.check_adaptive([M.METHODS["esc-3"]], n_agents=3, sc_samples=2)
     M.check_adaptive([M.METHODS["adaptive-sc-2-from-1"]], n_agents=3, sc_samples=2)
+
+
+def confident_by_seed(request):
+    """`by_seed`'s answer with one token whose log-probability also depends only on the request."""
+    from dear.llm.base import Completion, TokenLogprobs
+
+    text = by_seed(request)
+    c = -((zlib.crc32(f"c|{request.seed}".encode()) % 100) / 200)
+    return Completion(text, 20, 10, "stop", 0.01, logprobs=TokenLogprobs((c,), ((c, c - 1.0),), (len(text.encode()),)))
+
+
+def test_the_confidence_rules_read_the_stored_round0_with_its_confidences(tmp_path):
+    """cisc-3 and confident-stop: the round 0 asks for log-probabilities, each rule reads its prefix with the fitted
+    parameters of --rule-params and votes as its definition does; run.json records both settings."""
+    from dear.debate.sampling_rules import FittedParams, RuleParams
+
+    fitted = FittedParams({"cisc-3": RuleParams(tau=0.05), "confident-stop": RuleParams(tau=0.05, threshold=-0.2)},
+                          "mean_logprob", {"fit_shelf": "made-up"})
+    params = tmp_path / "params.json"
+    params.write_text(fitted.to_json())
+    out = tmp_path / "res"
+    backend = FakeBackend(confident_by_seed)
+    eval_run.main(_args(out, "sc,cisc-3,confident-stop", "--rule-params", str(params)), backend=backend)
+    round0 = {t.question_id: t for t in read_jsonl(out / "traces" / "gsm8k" / "round0.jsonl")}
+    assert all(Samples.of(t).confidence is not None for t in round0.values())
+    used = set()
+    for rule in ("cisc-3", "confident-stop"):
+        for t in read_jsonl(out / "traces" / "gsm8k" / f"{rule}.jsonl"):
+            want = rule_outcome(Samples.of(round0[t.question_id]), rule, params=fitted.of(rule))
+            assert len(t.rounds[0]) == want.used and t.final_score == pytest.approx(want.score), rule
+            assert (t.decision, t.vote_tau) == ("confidence-weighted", 0.05)
+            used.add((rule, want.used))
+    assert {("confident-stop", 1), ("cisc-3", 3)} <= used and len(used) > 2  # confident stop stops and goes on
+    settings = json.loads((out / "run.json").read_text())["settings"]
+    assert settings["logprobs"] == 5 and settings["rule_params"] == str(params.resolve())
+
+
+def test_a_confidence_rule_on_a_round0_stored_without_confidences_says_so(tmp_path):
+    out = tmp_path / "res"
+    eval_run.main(_args(out, "sc"), backend=FakeBackend(by_seed))
+    with pytest.raises(ValueError, match="'cisc-3' reads the samples' confidences; this stored round 0 has none"):
+        eval_run.main(_args(out, "sc,cisc-3"), backend=FakeBackend(confident_by_seed))

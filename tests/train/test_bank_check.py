@@ -8,7 +8,9 @@ import json
 import pytest
 
 from dear import tasks
-from train.bank_check import NAMED, Rule, max_samples, rule_grid, run_price
+from train.bank_check import Rule, max_samples, named_rules, rule_grid, run_price
+
+NAMED = named_rules(3, 2)
 
 
 def test_the_train_split_has_a_fixed_held_out_quarter():
@@ -28,6 +30,10 @@ def test_the_grid_holds_every_named_rule_once():
     assert len(grid) == len(set(grid)) == 3 * 4 + 2 * 3  # start 3 with every agent fresh needs 9 samples
     assert set(NAMED) <= set(grid) and all(max_samples(r, 3, 2) <= 8 for r in grid)
     assert Rule(1, "fresh-one", 1).label == "start 1, fresh-one, stop at once"
+    # a long world with a sample budget: every rule fits the bank, self-consistency draws the budget
+    long = rule_grid(3, 7, 8, budget=8)
+    assert len(long) == 3 * 4 + 3 * 3 and set(named_rules(3, 7, 8)) <= set(long)
+    assert named_rules(3, 7, 8)[Rule(1, "fresh", None)] == "SC-8" and NAMED[Rule(1, "fresh", None)] == "SC-7"
 
 
 def test_a_small_check_runs_on_the_committed_bank(tmp_path):

@@ -12,7 +12,7 @@ from dear.bank.backend import BankBackend, snap
 from dear.bank.build import grower
 from dear.bank.store import Bank, BankSample, ShelfKey
 from dear.debate.engine import DebateConfig, DebateEngine
-from dear.debate.protocols import AdaptiveSCProtocol, MajorityProtocol
+from dear.debate.protocols import SamplingRuleProtocol, MajorityProtocol
 from dear.llm.base import Backend, BackendError, Completion
 
 Q = tasks.load("gsm8k", "test", n=1)[0]
@@ -61,7 +61,7 @@ def test_debates_see_seeded_orders(tmp_path):
 def test_fresh_samples_continue_the_debates_order(tmp_path):
     backend = BankBackend(_bank(tmp_path, answers=["1", "2", "3", "4", "4"]), "gsm8k", "test")
     cfg = DebateConfig(n_agents=3, n_rounds=2, logprobs=5, decision="all-answers")
-    (d,) = DebateEngine(backend, cfg).run([Q], AdaptiveSCProtocol(n_agents=3, agree=5, max_samples=5), [3])
+    (d,) = DebateEngine(backend, cfg).run([Q], SamplingRuleProtocol("adaptive-sc-5", n_agents=3, max_samples=5), [3])
     texts = [t.text for t in d.trace.rounds[0]] + [t.text for r in d.trace.rounds[1:] for t in r if t.fresh]
     assert len(texts) == 5 and len(set(texts)) == 5
 

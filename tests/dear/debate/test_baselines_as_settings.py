@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dear.debate import DebateConfig, DebateEngine, MADProtocol, MajorityProtocol
-from dear.debate.protocols import AdaptiveSCProtocol, SelfConsistencyProtocol, StopWhenUnanimousProtocol
+from dear.debate.protocols import SamplingRuleProtocol, SelfConsistencyProtocol, StopWhenUnanimousProtocol
 from dear.tasks.types import Question
 from dear.vote import tally
 from tests.dear.debate.test_debate_engine import FakeBackend, answer_text
@@ -46,7 +46,7 @@ def test_sc9_as_fresh_samples_is_a_round0_of_nine_agents():
 @pytest.mark.parametrize("agree", [2, 3])
 def test_adaptive_sc_is_the_sampling_rule_on_the_same_samples(agree):
     wide, _ = run(MajorityProtocol(), n_agents=9)
-    adaptive, _ = run(AdaptiveSCProtocol(3, agree=agree, max_samples=9), n_agents=3)
+    adaptive, _ = run(SamplingRuleProtocol(f"adaptive-sc-{agree}", 3, max_samples=9), n_agents=3)
     for a, b in zip(wide, adaptive):
         keys = [t.answer_key for t in a.trace.rounds[0]]
         n = 3  # the rule, on the stored order of the nine samples

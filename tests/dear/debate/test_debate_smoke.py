@@ -70,7 +70,7 @@ adaptive SC adds samples while no answer has a second vote, and the smoke model'
 
     from dear.debate import RoundControl
     from dear.vote import tally
-    from dear.debate.protocols import AdaptiveSCProtocol, Protocol, SelfConsistencyProtocol, StopWhenUnanimousProtocol
+    from dear.debate.protocols import SamplingRuleProtocol, Protocol, SelfConsistencyProtocol, StopWhenUnanimousProtocol
 
     questions = tasks.load("gsm8k", n=1, seed=0)
     engine = DebateEngine(smoke_backend, DebateConfig(n_agents=3, n_rounds=2, max_tokens=32, seed=0))
@@ -98,6 +98,6 @@ adaptive SC adds samples while no answer has a second vote, and the smoke model'
 
     (stopped,) = engine.run(questions, StopWhenUnanimousProtocol(3, 2, always=True))
     assert len(stopped.trace.rounds) == 1 and stopped.done and stopped.trace.final_score is not None
-    (adaptive,) = engine.run(questions, AdaptiveSCProtocol(3, agree=2, max_samples=5))
+    (adaptive,) = engine.run(questions, SamplingRuleProtocol("adaptive-sc-2", 3, max_samples=5))
     keys = [t.answer_key for t in adaptive.voters("all-answers")]
     assert adaptive.n_samples == len(keys) <= 5 and (tally(keys).top >= 2 or adaptive.n_samples == 5)

@@ -3,11 +3,13 @@ the engine protocols' decisions, for any number of starting samples; simworld.sa
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from dear.debate import DebateConfig, DebateEngine, MajorityProtocol
 from dear.debate import sampling_rules as R
-from dear.debate.protocols import AdaptiveSCProtocol, SelfConsistencyProtocol
+from dear.debate.protocols import SamplingRuleProtocol, SelfConsistencyProtocol
 from tests.dear.debate.test_baselines_as_settings import QUESTIONS, by_seed
 from tests.dear.debate.test_debate_engine import FakeBackend
 
@@ -38,8 +40,8 @@ def test_the_rules_are_the_engines_decisions(n_agents):
     assert stored[QUESTIONS[0].id] == R.Samples.of_turns(wide[0].trace.rounds[0])
     engine = DebateEngine(backend, DebateConfig(n_agents=n_agents, n_rounds=0, seed=5))
     for proto, rule in ((SelfConsistencyProtocol(n_agents, 6), "sc-6"),
-                        (AdaptiveSCProtocol(n_agents, agree=2, max_samples=6), "adaptive-sc-2"),
-                        (AdaptiveSCProtocol(n_agents, agree=3, max_samples=6), "adaptive-sc-3")):
+                        (SamplingRuleProtocol("adaptive-sc-2", n_agents, max_samples=6), "adaptive-sc-2"),
+                        (SamplingRuleProtocol("adaptive-sc-3", n_agents, max_samples=6), "adaptive-sc-3")):
         for d in engine.run(QUESTIONS, proto):
             want = R.rule_outcome(stored[d.question.id], rule, start=n_agents)
             assert d.trace.final_score == pytest.approx(want.score), (rule, d.question.id)
@@ -51,3 +53,64 @@ def test_simworld_reads_the_same_rules():
 
     for name in ("Samples", "Outcome", "samples_used", "rule_outcome", "rules_for", "ROUND0_AGENTS"):
         assert getattr(V, name) is getattr(R, name), name
+
+
+def confident_by_seed(request):
+    """`by_seed`'s answer, with one token's log-probability that also depends only on the request."""
+    from dear.llm.base import Completion, TokenLogprobs
+
+    text = by_seed(request)
+    c = -((zlib.crc32(f"c|{request.seed}".encode()) % 100) / 200)  # in [-0.5, 0]
+    logprobs = TokenLogprobs((c,), ((c, c - 1.0),), (len(text.encode()),))
+    return Completion(text, 20, 10, "stop", 0.01, logprobs=logprobs)
+
+
+LIVE_RULES = ("adaptive-sc-2-from-1", "adaptive-sc-3-from-2", "adaptive-sc-2", "esc-2", "cisc-3", "cisc-5",
+              "confident-stop", "sc-4")
+
+
+@pytest.mark.parametrize("rule", LIVE_RULES)
+def test_a_rule_run_live_draws_and_votes_as_its_replay(rule):
+    """SamplingRuleProtocol, one fresh sample a round from the rule's start, stops where `samples_used` stops on the
+    stored round 0 of 6 and scores what `rule_outcome` scores there (the weighted rules by confidence)."""
+    params = R.RuleParams(tau=0.05, threshold=-0.2, agree=2)  # a threshold some first samples clear, some not
+    backend = FakeBackend(confident_by_seed)
+    wide = DebateEngine(backend, DebateConfig(n_agents=6, n_rounds=0, seed=5, logprobs=5)).run(
+        QUESTIONS, MajorityProtocol())
+    stored = {d.question.id: R.Samples.of(d.trace) for d in wide}
+    assert all(s.confidence is not None and None not in s.confidence for s in stored.values())
+    proto = SamplingRuleProtocol(rule, 3, max_samples=6, params=params)
+    config = DebateConfig(n_agents=3, n_rounds=0, seed=5, logprobs=5, start_width=proto.start_width,
+                          vote_tau=params.tau)
+    used = set()
+    for d in DebateEngine(backend, config).run(QUESTIONS, proto):
+        want = R.rule_outcome(stored[d.question.id], rule, start=3, params=params)
+        assert d.n_samples == want.used, (rule, d.question.id)
+        assert d.trace.final_score == pytest.approx(want.score), (rule, d.question.id)
+        assert d.trace.decision == ("confidence-weighted" if R.is_weighted(rule) else "all-answers")
+        used.add(want.used)
+    if rule in ("confident-stop", "adaptive-sc-2-from-1", "esc-2"):
+        assert len(used) > 1, (rule, used)  # the questions exercise more than one stopping point
+
+
+def test_rule_done_is_samples_used_on_a_prefix():
+    s = R.Samples(("a", "b", "a", "c"), (True, False, True, False), (1, 1, 1, 1), (-0.1, -0.9, -0.3, -0.2))
+    assert [R.rule_done(R.Samples(s.keys[:n], s.correct[:n], s.tokens[:n], s.confidence[:n]),
+                        "adaptive-sc-2-from-1", 3) for n in (1, 2, 3)] == [False, False, True]
+    assert R.rule_done(R.Samples(s.keys[:1], s.correct[:1], s.tokens[:1], s.confidence[:1]), "confident-stop",
+                       params=R.RuleParams(threshold=-0.2))
+    assert not R.rule_done(R.Samples(s.keys[:1], s.correct[:1], s.tokens[:1], s.confidence[:1]), "confident-stop",
+                           params=R.RuleParams(threshold=-0.05))
+    assert [R.rule_start(r, 3) for r in ("cot", "confident-stop", "adaptive-sc-3-from-2", "adaptive-sc-2", "esc-3",
+                                         "cisc-5")] == [1, 1, 2, 3, 3, 5]
+    with pytest.raises(ValueError, match="reads confidences"):
+        R.rule_done(R.Samples(("a",), (True,), (1,)), "confident-stop")
+
+
+def test_a_confidence_rule_needs_a_debate_that_asks_for_log_probabilities():
+    proto = SamplingRuleProtocol("cisc-3", 3, max_samples=3)
+    with pytest.raises(ValueError, match="DebateConfig.logprobs"):
+        DebateEngine(FakeBackend(by_seed), DebateConfig(n_agents=3, n_rounds=0)).run(QUESTIONS[:1], proto)
+    wrong_start = SamplingRuleProtocol("adaptive-sc-2-from-1", 3, max_samples=6)
+    with pytest.raises(ValueError, match="start_width=1"):
+        DebateEngine(FakeBackend(by_seed), DebateConfig(n_agents=3, n_rounds=0)).run(QUESTIONS[:1], wrong_start)

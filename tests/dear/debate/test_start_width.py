@@ -62,3 +62,18 @@ def test_start_width_must_seat_at_least_one_agent_and_at_most_all():
         with pytest.raises(ValueError, match="start_width"):
             DebateConfig(n_agents=3, start_width=bad)
     assert DebateConfig(n_agents=3).round0_width == 3 and DebateConfig(n_agents=3, start_width=2).round0_width == 2
+
+
+def test_a_sample_budget_turns_fresh_turns_past_it_into_keeps():
+    backend = FakeBackend(by_seed)
+    eng = DebateEngine(backend, DebateConfig(n_agents=3, n_rounds=3, seed=5, start_width=1, max_samples=4,
+                                             decision="all-answers"))
+    (d,) = eng.start(QUESTIONS[:1])
+    eng.step([d], [control(("fresh", "fresh", "keep"))])  # samples 2 and 3 (agent 1 joins, agent 0 redraws)
+    eng.step([d], [control(("fresh", "fresh", "revise"))])  # only one more fits: agent 0's; 1 keeps, 2 waits
+    assert d.n_samples == 4 and sum(len(call) for call in backend.calls) == 4
+    assert [t.fresh for t in d.trace.rounds[2]] == [True, False, False] and d.trace.rounds[2][2].waiting
+    eng.step([d], [control(("fresh", "fresh", "fresh"))])  # the budget is spent: nobody draws
+    assert d.n_samples == 4 and sum(len(call) for call in backend.calls) == 4
+    with pytest.raises(ValueError, match="max_samples must be >= round 0's 3 answers"):
+        DebateConfig(n_agents=3, max_samples=2)

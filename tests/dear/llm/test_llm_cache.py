@@ -177,3 +177,15 @@ def test_damaged_cache_file_is_named(tmp_path):
     inner = CountingBackend()
     (c,) = CachedBackend(inner, path).generate([req("a", seed=1)])  # a damaged entry is asked again
     assert c.ok and not c.cached and inner.calls == [1]
+
+
+def test_occurrence_keys_number_identical_requests_within_a_batch_or_across_calls():
+    from dear.llm.cache import cache_key, occurrence_keys
+
+    a, b = req("a", seed=1), req("b", seed=1)
+    first = cache_key("m", a)
+    assert occurrence_keys("m", [a, b, a]) == [first, cache_key("m", b), cache_key("m", a, 1)]
+    assert occurrence_keys("m", [a]) == [first]  # without `seen`, each batch counts from 0
+    seen: dict[str, int] = {}
+    assert occurrence_keys("m", [a], seen) + occurrence_keys("m", [a], seen) == [first, cache_key("m", a, 1)]
+    assert len(set(occurrence_keys("m", [a, a, a]))) == 3 and occurrence_keys("other", [a]) != [first]

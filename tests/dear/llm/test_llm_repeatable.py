@@ -184,8 +184,13 @@ def test_dear_serve_flag():
     pytest.importorskip("fastapi")
     from dear.serve.__main__ import backend_options, parse_args
 
-    assert backend_options(parse_args(["--llm", "smoke"]), 3)["n_parallel"] == 16
-    assert backend_options(parse_args(["--llm", "smoke", "--repeatable"]), 3) == {"n_parallel": 1, "repeatable": True}
+    assert backend_options(parse_args(["--llm", "smoke"]), 3)[0]["n_parallel"] == 16
+    repeatable = {"n_parallel": 1, "repeatable": True}
+    assert backend_options(parse_args(["--llm", "smoke", "--repeatable"]), 3) == (repeatable, repeatable)
+    # a llama.cpp profile backend besides a --llm of another kind decodes repeatably too
+    options, profiles = backend_options(parse_args(["--llm", "sim", "--agent-profiles", "smoke:cot,cot,cot",
+                                                    "--repeatable"]), 3)
+    assert options == {} and profiles == repeatable
     with pytest.raises(ValueError, match="n_parallel=4 decodes requests together"):
         backend_options(parse_args(["--llm", "smoke", "--repeatable", "--llm-option", "n_parallel=4"]), 3)
 

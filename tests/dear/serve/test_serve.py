@@ -24,6 +24,7 @@ import pytest
 
 openai = pytest.importorskip("openai")  # the dev extra installs it; without it these tests cannot run
 
+from dear.debate.methods import SERVED  # noqa: E402
 from dear.tasks.synthetic import load_synthetic  # noqa: E402
 from tests import ROOT  # noqa: E402
 
@@ -170,7 +171,7 @@ def test_health_models_and_a_round_trip(sim_server):
     c = client(sim_server)
     ids = [m.id for m in c.models.list()]
     assert ids[:5] == ["dear", "dear:numeric", "dear:integer", "dear:math", "dear:choice"]
-    assert [i for i in ids if ":" not in i] == ["dear", "cot", "sc", "majority", "mad", "mad-stop"]  # the catalog's
+    assert [i for i in ids if ":" not in i] == ["dear", *SERVED]  # the catalog's
     q = synthetic_questions(1)[0]
     r = ask(c, q, seed=11, temperature=0.2, max_tokens=100_000, extra_body={"user_tag": "x"})
     dear = check_debate(r)

@@ -25,7 +25,10 @@ openai = pytest.importorskip("openai")
 from dear.export import PAPER_POLICY  # noqa: E402
 from tests.dear.serve.test_serve import ask, client, dear_server, synthetic_questions  # noqa: E402
 
-METHODS = ["dear", "cot", "sc", "majority", "mad", "mad-stop"]  # the catalog's order (dear/debate/methods.py)
+# the catalog's order (dear/debate/methods.py): the baselines, then every sampling rule
+METHODS = ["dear", "cot", "sc", "majority", "adaptive-sc-2", "adaptive-sc-3", "adaptive-sc-2-from-1",
+           "adaptive-sc-2-from-2", "adaptive-sc-3-from-1", "adaptive-sc-3-from-2", "esc-2", "esc-3", "cisc-3",
+           "confident-stop", "mad", "mad-stop"]
 PER_TURN = 512  # the server's default --max-tokens
 ROUND_WORST = 3 * PER_TURN  # V = 3 agents at the per-turn limit
 
@@ -86,6 +89,9 @@ def test_models_lists_every_method_and_each_one_answers(sim_server):
     keys = [[a["key"] for a in rnd["agents"]] for rnd in stop["rounds"]]
     first_unanimous = next((k for k, ks in enumerate(keys) if ks[0] is not None and len(set(ks)) == 1), 2)
     assert len(keys) == first_unanimous + 1
+    # A sampling rule draws one sample a round after its first: adaptive SC from 1 holds its samples in later rounds
+    adaptive = extension(got["adaptive-sc-2-from-1"])
+    assert len(adaptive["rounds"][0]["agents"]) == 3 and sum(adaptive["votes"].values()) >= 2
     # The answer kind still comes from the suffix, on every method.
     assert extension(ask(c, q, model="cot:integer"))["kind"] == "integer"
 
