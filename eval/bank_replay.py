@@ -30,12 +30,13 @@ import numpy as np
 
 from dear import metrics
 from dear.bank.backend import DEFAULT_BANK as EMBEDDED_BANK
-from dear.bank.store import Bank, BankSample, Shelf, ShelfKey, shown_path
+from dear.bank.replay import samples_of
+from dear.bank.store import Bank, Shelf, ShelfKey, shown_path
 from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
-from dear.confidence import SUMMARIES, record_of
+from dear.confidence import SUMMARIES
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
-from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, RuleParams, Samples,
+from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, RuleParams,
                                         is_weighted)
 from dear.llm.registry import is_synthetic
 
@@ -60,18 +61,6 @@ def find_shelf(bank: Bank, benchmark: str, split: str, max_tokens: int | None) -
         raise ValueError(f"{bank.root}: several token limits for {benchmark} {split} "
                          f"({', '.join(str(k.max_tokens) for k in found)}); choose one with --max-tokens")
     return found[0]
-
-
-def confidence_of(sample: BankSample, summary: str) -> float | None:
-    """The sample's confidence summary (None when it has no record or the summary is None)."""
-    record = record_of(sample.confidence)
-    return None if record is None else record.value(summary)
-
-
-def samples_of(bank_samples: Sequence[BankSample], summary: str) -> Samples:
-    return Samples(tuple(b.answer_key for b in bank_samples), tuple(bool(b.correct) for b in bank_samples),
-                   tuple(int(b.tokens) for b in bank_samples),
-                   tuple(confidence_of(b, summary) for b in bank_samples))
 
 
 @dataclass(frozen=True)

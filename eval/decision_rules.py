@@ -1,5 +1,5 @@
 """The final decision rules on stored debates: each finished trace voted again under every rule of
-`dear.debate.engine.DECISIONS`, with paired differences against the paper's last-round plurality.
+`dear.debate.engine.DECISIONS` but the confidence-weighted one (`RULES`), with paired differences against the paper's last-round plurality.
 
     python -m eval.decision_rules --traces results/corpus-gsm8k,results/eval-gsm8k-n60-v2/traces/gsm8k/mad.jsonl \\
         --out results/decision-rules
@@ -38,6 +38,9 @@ from dear.tasks.types import Question
 log = logging.getLogger(__name__)
 PROG = "python -m eval.decision_rules"
 BASE_RULE = "last-round"
+# The rules re-voted: every one of DECISIONS but the confidence-weighted vote, which needs log-probabilities the stored
+# debates did not ask for and a temperature fitted on training samples (eval.bank_replay reports it on sample banks)
+RULES = tuple(r for r in DECISIONS if r != "confidence-weighted")
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def as_debate(trace: DebateTrace) -> Debate:
 def rule_scores(debates: Sequence[Debate], weigher: CertaintyWeigher) -> dict[str, list[float]]:
     """Each rule's score (ties as expected values) per debate."""
     weigher(debates)
-    return {rule: [d.vote(rule).score for d in debates] for rule in DECISIONS}
+    return {rule: [d.vote(rule).score for d in debates] for rule in RULES}
 
 
 def compare(source: TraceSource, weigher: CertaintyWeigher, seed: int = 0) -> tuple[list[RuleRow], list[dict]]:
@@ -97,7 +100,7 @@ def compare(source: TraceSource, weigher: CertaintyWeigher, seed: int = 0) -> tu
     rows = [RuleRow(source.name, rule, len(kept), failed, metrics.bootstrap_ci(s, seed=seed),
                     metrics.paired_bootstrap_diff(s, scores[BASE_RULE], seed=seed))
             for rule, s in scores.items()]
-    per_debate = [{"source": source.name, "debate_id": d.debate_id, **{r: scores[r][k] for r in DECISIONS}}
+    per_debate = [{"source": source.name, "debate_id": d.debate_id, **{r: scores[r][k] for r in RULES}}
                   for k, d in enumerate(debates)]
     return rows, per_debate
 
@@ -130,7 +133,7 @@ def write_report(out: Path, rows: Sequence[RuleRow], per_debate: Sequence[dict],
             w.writerow([r.source, r.rule, r.n, r.failed, r.accuracy.mean, r.accuracy.low, r.accuracy.high,
                         r.minus_last_round.mean, r.minus_last_round.low, r.minus_last_round.high])
     with open(out / "per_debate.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=["source", "debate_id", *DECISIONS])
+        w = csv.DictWriter(f, fieldnames=["source", "debate_id", *RULES])
         w.writeheader()
         w.writerows(per_debate)
 

@@ -317,8 +317,10 @@ class DensityMatched:
 def vote_rule(spec: MethodSpec, ckpt: Checkpoint | None = None, base: str = DebateConfig.decision) -> str:
     """The rule a method's final votes are taken by (dear.debate.engine.DECISIONS), as `build` sets it: a DEAR
     method's is its checkpoint's (the rule the policy was trained with), every other method's the base config's
-    (`base`: the paper's last round; MAD-stop's vote at unanimity is a last round's too). eval.run records it in
-    run.json."""
+    (`base`: the paper's last round; MAD-stop's vote at unanimity is a last round's too), a confidence rule's the
+    confidence-weighted vote. eval.run records it in run.json."""
+    if spec.reads_confidence:
+        return "confidence-weighted"
     return ckpt.decision if spec.needs_checkpoint and ckpt is not None else base
 
 

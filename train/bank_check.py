@@ -15,6 +15,9 @@ a question and a seeded order of its banked samples, so many debates per questio
   `fresh-one` with k = 2; SC is S = 1, `fresh`, never (1 + 3 + 3 = 7 samples).
 - The best fixed rule: the grid's best by the objective on `--select-episodes` debates of `train/fit` (the questions
   DEAR trains on), then evaluated on the held-out debates like every row.
+- The confidence rules, CISC-3 and confident stop (`dear.debate.sampling_rules`), their tau and threshold fitted at
+  the price by order-averaged replay on `train/fit` questions: replayed on the banked samples of the same questions
+  as the debates above (a question's k-th debate one seeded order of its samples), with no world in between.
 - DEAR, seed s: the config (`configs/gsm8k.yaml`: `train/fit`) trained at that price, acting deterministically.
 Objective = accuracy - price x tokens / 1000 (dear/objective.py), the reward DEAR is trained on. Differences to the
 best fixed rule are paired over the same debates, with 95 % bootstrap intervals over questions. Rows are appended to `rows.jsonl` as they
@@ -41,7 +44,11 @@ from scipy import stats
 from dear.atomic import atomic_write_text
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
+from dear.bank.replay import samples_of
+from dear.debate.replay_orders import ReplayQuestion, fit_tau, fit_threshold, orders, permuted
+from dear.debate.sampling_rules import CONFIDENT_STOP, RULE_SUMMARY, RuleParams, Samples, rule_outcome
 from dear.policy import JointPolicy
+from dear.tasks import held_out
 from envs.reward import objective
 from train.build import policy_config
 from train.config import TrainConfig, load_config
@@ -129,6 +136,57 @@ def bank_samples(cfg: TrainConfig) -> int:
         backend.close()
 
 
+def shelf_samples(cfg: TrainConfig, split: str) -> dict[str, Samples]:
+    """Each question's banked samples (answers, grades, tokens, confidence) on the shelf the world reads for `split`,
+    cut to the fewest any question of the train shelf holds (the most a debate may draw)."""
+    from train.build import make_local_backend
+
+    def read(split: str) -> dict[str, Samples]:
+        backend = make_local_backend(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, split=split)))
+        try:
+            if len(backend.keys) != 1:
+                raise ValueError(f"{PROG}: the confidence rules replay one shelf; the world reads "
+                                 f"{', '.join(k.name for k in backend.keys)}")
+            shelf = backend.bank.shelf(backend.keys[0])
+            return {q: samples_of(shelf.of(q), RULE_SUMMARY) for q in shelf.questions}
+        finally:
+            backend.close()
+
+    train = read(FIT)
+    width = min(len(s.keys) for s in train.values())
+    return {q: permuted(s, tuple(range(min(width, len(s.keys))))) for q, s in read(split).items()}
+
+
+def fit_confidence_rules(cfg: TrainConfig, price: float, n_orders: int, seed: int) -> dict[str, RuleParams]:
+    """CISC-3's tau and confident stop's threshold (at `price`) fitted by order-averaged replay on the `train/fit`
+    questions alone (the questions DEAR trains on; dear.debate.replay_orders)."""
+    fit = [ReplayQuestion.of(q, s, n_orders, seed) for q, s in shelf_samples(cfg, FIT).items() if not held_out(q)]
+    tau = fit_tau(fit, 3).value
+    threshold = fit_threshold(fit, price, RuleParams(tau=tau)).value
+    return {"cisc-3": RuleParams(tau=tau), CONFIDENT_STOP: RuleParams(tau=tau, threshold=threshold)}
+
+
+def replay_row(name: str, rule: str, params: RuleParams, samples: dict[str, Samples], questions: Sequence[str],
+               price: float, n_orders: int, seed: int) -> Row:
+    """A confidence rule on the same questions as the world's debates, each debate one seeded order of the question's
+    banked samples (its k-th debate the k-th of `n_orders` orders, dear.debate.replay_orders): real samples, exactly
+    as the rule reads them, no world in between."""
+    seen: dict[str, int] = {}
+    scores, tokens = [], []
+    for q in questions:
+        s = samples[q]
+        order = orders(len(s.keys), n_orders, seed, q)[seen.get(q, 0) % n_orders]
+        seen[q] = seen.get(q, 0) + 1
+        out = rule_outcome(permuted(s, order), rule, params=params)
+        scores.append(out.score)
+        tokens.append(out.tokens)
+    detail = f"{rule}: tau {params.tau:g}" + ("" if math.isinf(params.threshold) else
+                                              f", threshold {params.threshold:.4g}")
+    return Row(name, "rule", float(np.mean(scores)), float(np.mean(tokens)), math.nan, math.nan, math.nan, math.nan,
+               len(scores), f"{detail} (replayed, fitted on {FIT})", scores,
+               [objective(x, t, price) for x, t in zip(scores, tokens)])
+
+
 def bank_row(name: str, kind: str, m: dict[str, float], eps: Sequence, cost: float, detail: str = "",
              cpu_s: float = 0.0) -> Row:
     """A row of real replayed samples (no synthetic label) from `evaluate`'s metrics and its debates."""
@@ -186,6 +244,7 @@ def run_price(config: str, overrides: Sequence[str], price: float, seeds: Sequen
         run.add("best-rule", bank_row("best fixed rule", "best-fixed", m, eps, price, best.label,
                                       time.process_time() - t0), fit_scores=scores,
                 questions=[e.question_id for e in eps])
+    confidence_rows(base, price, split, run, done, eval_seed)
     for seed in seeds:
         key = f"dear-{seed}"
         if key in done:
@@ -203,6 +262,25 @@ def run_price(config: str, overrides: Sequence[str], price: float, seeds: Sequen
     rows = list(run.rows().values())
     write_table(out, rows, run.settings)
     return rows
+
+
+CONFIDENCE_RULES = (("cisc-3", "CISC-3"), (CONFIDENT_STOP, "confident stop"))
+REPLAY_ORDERS = 20
+
+
+def confidence_rows(base: TrainConfig, price: float, split: str, run: CheckDir, done: dict, seed: int) -> None:
+    """The confidence rules' rows (`replay_row`) on the questions of the rows already evaluated."""
+    missing = [(rule, name) for rule, name in CONFIDENCE_RULES if f"replay-{rule}" not in done]
+    reference = next((r for r in run.rows().values() if r.get("questions")), None)
+    if not missing or reference is None:
+        return
+    t0 = time.process_time()
+    params = fit_confidence_rules(base, price, REPLAY_ORDERS, seed)
+    samples = shelf_samples(base, split)
+    for rule, name in missing:
+        row = replay_row(name, rule, params[rule], samples, reference["questions"], price, REPLAY_ORDERS, seed)
+        run.add(f"replay-{rule}", dataclasses.replace(row, cpu_s=time.process_time() - t0),
+                questions=reference["questions"])
 
 
 def by_question_difference(a: Sequence[float], b: Sequence[float], questions: Sequence[str],

@@ -281,6 +281,24 @@ def configure_speculative(params, xllamacpp, kind: str | None, draft_max: int,
             target.size_n, target.size_m = n, m
 
 
+def _set_params(params, path: Path, threads: int, n_parallel: int, n_ctx: int, n_batch: int, poll: int | None,
+                cache_prompt: bool, repeatable: bool) -> None:
+    """The model, slots, context, batch, threads and caching of llama.cpp's CommonParams."""
+    params.model.path = str(path)
+    params.n_parallel = n_parallel
+    params.n_ctx = n_ctx * n_parallel  # split evenly across slots (kv_unified is off)
+    params.n_batch = n_batch
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    if poll is not None:  # llama.cpp --poll: 0 sleeps at thread barriers instead of spinning
+        params.cpuparams.poll = poll
+        params.cpuparams_batch.poll = poll
+    params.cache_prompt = cache_prompt
+    if repeatable:
+        params.cache_ram_mib = 0  # nor restore a state saved from an earlier request (llama.cpp's RAM cache)
+    params.warmup = False
+
+
 @dataclass
 class ServerTimings:
     """Where the server's slots spent their time so far, summed over calls (llama.cpp `timings`): milliseconds
@@ -432,22 +450,9 @@ class LocalLlamaBackend(Backend):
             print("llama.cpp: repeatable (one request at a time, no prompt-cache reuse): a seed's texts depend only "
                   "on the request, the model and the thread count", file=sys.stderr, flush=True)
             cache_prompt = False  # a prompt's start state would depend on which request came before it
-        threads = choice.threads
         params = xllamacpp.CommonParams()
-        params.model.path = str(path)
-        params.n_parallel = n_parallel
-        params.n_ctx = n_ctx * n_parallel  # split evenly across slots (kv_unified is off)
-        params.n_batch = n_batch
-        params.cpuparams.n_threads = threads
-        params.cpuparams_batch.n_threads = threads
-        if poll is not None:  # llama.cpp --poll: 0 sleeps at thread barriers instead of spinning
-            params.cpuparams.poll = poll
-            params.cpuparams_batch.poll = poll
-        params.cache_prompt = cache_prompt
-        if repeatable:
-            params.cache_ram_mib = 0  # nor restore a state saved from an earlier request (llama.cpp's RAM cache)
+        _set_params(params, path, choice.threads, n_parallel, n_ctx, n_batch, poll, cache_prompt, repeatable)
         configure_speculative(params, xllamacpp, speculative, draft_max, ngram_size)
-        params.warmup = False
         params.verbosity = verbosity
         # The server also listens on 127.0.0.1 (we use it for /tokenize); a random key keeps it private.
         self._api_key = secrets.token_hex(16)

@@ -19,6 +19,7 @@ import numpy as np
 
 from dear.llm.base import Backend, ChatRequest, Completion, count_generated
 from dear.sim.bank import TextBank
+from dear.sim.confidence import confidence_record, draw_mean_logprob, question_effect
 from dear.sim.model import difficulty_logit, distractor_weights, excess, p_correct, p_move
 from dear.sim.params import LOG_PREFIX, SIM_MODEL_ID, SimParams
 from dear.sim.text import PSEUDO_WORD_CHARS, TEXT_OVERHEAD_TOKENS, body_words, canon_answer, stable_int, words_for
@@ -27,6 +28,7 @@ from dear.synthetic_header import SyntheticHeader, parse_header
 log = logging.getLogger(__name__)
 
 _FAIL_TAG = 0xFA11  # separates the failure draw's seed from the answer draws' seed
+_CONFIDENCE_TAG = 0xC0F1  # ... and the confidence draw's
 # Reply styles (request metadata "style", dear.debate.prompts.STYLES) whose agents write the final answer line alone.
 ANSWER_ONLY_STYLES = ("direct",)
 
@@ -124,7 +126,8 @@ class SimBackend(Backend):
                 out.append(Completion("", self._prompt_tokens(req), 0, "error", time.perf_counter() - t0, str(e)))
                 log.warning("%s request %d: %s", LOG_PREFIX, k, e)
                 continue
-            out.append(Completion(text, self._prompt_tokens(req), n_words, finish, time.perf_counter() - t0))
+            out.append(Completion(text, self._prompt_tokens(req), n_words, finish, time.perf_counter() - t0,
+                                  confidence=self._confidence(req, n_words)))
         log.debug("%s generated %d completions", LOG_PREFIX, len(out))
         return count_generated(out)
 
@@ -133,6 +136,18 @@ class SimBackend(Backend):
         return self._decide(req, self._rng(req), self._header(req))[0]
 
     # ------------------------------------------------------------ internals
+    def _confidence(self, req: ChatRequest, n_tokens: int) -> dict[str, Any] | None:
+        """The turn's confidence record when the request asks for log-probabilities and the world has a confidence
+        model (dear.sim.confidence), drawn from a generator of its own so that no answer or text moves."""
+        if req.logprobs is None or not self.params.has_confidence:
+            return None
+        meta = req.metadata or {}
+        question = meta.get("question_id") or meta.get("question_text") or req.messages[-1].content
+        shared = question_effect(self.params, np.random.default_rng([self.seed & 0xFFFFFFFF, stable_int(question),
+                                                                     _CONFIDENCE_TAG]))
+        rng = np.random.default_rng([*self._entropy(req), _CONFIDENCE_TAG])
+        return confidence_record(draw_mean_logprob(self.params, self.decide(req).correct, shared, rng), n_tokens)
+
     def _prompt_tokens(self, req: ChatRequest) -> int:
         chars = sum(len(m.content) for m in req.messages)
         return max(1, int(chars / self.params.prompt_chars_per_token))

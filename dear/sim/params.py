@@ -47,6 +47,15 @@ class SimParams:
     # bank texts (used only with a text bank; simworld.evidence_match fits both): 1 and 0 = whole real completions
     bank_sentence_keep: float = 1.0  # each reasoning sentence of the bank text is kept with this probability
     bank_sentence_mix: float = 0.0  # ... or first replaced, with this one, by a sentence of the question's texts
+    # confidence (dear/sim/confidence.py): a sample's mean token log-probability m, log(-m) = mu_c + b_q + e with c
+    # whether the sample is right, b_q ~ Normal(0, sd_question) shared by a question's samples and e ~ Normal(0, sd_c);
+    # simworld.confidence_fit fits the five to a bank's real samples. sd_c 0 = no confidence model: the sim sends no
+    # log-probabilities (a turn that asks records that it got none)
+    confidence_mu_correct: float = 0.0
+    confidence_sd_correct: float = 0.0
+    confidence_mu_wrong: float = 0.0
+    confidence_sd_wrong: float = 0.0
+    confidence_sd_question: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.skills, (list, tuple)) or not self.skills:
@@ -68,9 +77,18 @@ class SimParams:
         for name in ("difficulty_scale", "words_base", "prompt_chars_per_token"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SimParams.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("words_per_temp", "text_chars_per_token"):
+        if (self.confidence_sd_correct > 0) != (self.confidence_sd_wrong > 0):
+            raise ValueError("SimParams: confidence_sd_correct and confidence_sd_wrong are both > 0 (a confidence "
+                             "model) or both 0 (none)")
+        for name in ("words_per_temp", "text_chars_per_token", "confidence_sd_correct", "confidence_sd_wrong",
+                     "confidence_sd_question"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def has_confidence(self) -> bool:
+        """Whether the sim answers a request for log-probabilities with a confidence record."""
+        return self.confidence_sd_correct > 0
 
     def skill(self, agent: int) -> float:
         return self.skills[agent % len(self.skills)]

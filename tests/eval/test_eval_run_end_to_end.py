@@ -57,7 +57,9 @@ def test_sim_end_to_end_all_methods(tmp_path, ckpt):
     results = eval_run.main(_args(out, ckpt))
     assert {r.method for r in results} == set(METHODS)
     rules = json.loads((out / "run.json").read_text())["vote_rules"]  # each method's vote rule, recorded
-    assert rules == {m: "last-round" for m in METHODS}  # the baselines' and this (paper's) policy's
+    # the baselines' and this (paper's) policy's; the confidence rules weigh their votes (equally here: the stylised
+    # sim sends no log-probabilities, and each of their turns records that)
+    assert rules == {m: "confidence-weighted" if METHODS[m].reads_confidence else "last-round" for m in METHODS}
     for m in METHODS:
         lines = (out / "traces" / "synthetic" / f"{m}.jsonl").read_text().splitlines()
         assert len(lines) == 5

@@ -41,7 +41,10 @@ def test_a_small_check_runs_on_the_committed_bank(tmp_path):
                  "rollout.episodes_per_iter=8"]
     rows = run_price("gsm8k", overrides, 0.05, [1], tmp_path, episodes=8, eval_seed=3, select_episodes=4)
     kinds = sorted(r["kind"] for r in rows)
-    assert kinds == ["best-fixed", "dear", *["rule"] * len(NAMED)]
+    assert kinds == ["best-fixed", "dear", *["rule"] * (len(NAMED) + 2)]  # + CISC-3 and confident stop, replayed
+    stop = next(r for r in rows if r["name"] == "confident stop")
+    assert "fitted on train/fit" in stop["detail"] and len(stop["scores"]) == 8
+    assert stop["questions"] == next(r for r in rows if r["name"] == "single CoT")["questions"]
     single = next(r for r in rows if r["name"] == "single CoT")
     sc7 = next(r for r in rows if r["name"] == "SC-7")
     assert single["tokens_per_question"] < sc7["tokens_per_question"]  # one sample against seven
@@ -60,3 +63,17 @@ def test_differences_are_clustered_by_question():
     mean, low, high = by_question_difference(a, b, ["q1"] * 9 + ["q2"])
     assert mean == 0.0 and low <= -0.9 and high >= 0.9  # two questions, not ten debates: nothing is settled
     assert by_question_difference([1.0], [0.0], ["q1"])[0] != by_question_difference([1.0], [0.0], ["q1"])[0]  # nan
+
+
+def test_a_replayed_rule_reads_one_seeded_order_per_debate():
+    from dear.debate.replay_orders import orders
+    from dear.debate.sampling_rules import RuleParams, Samples
+    from train.bank_check import replay_row
+
+    s = Samples(("a", "b", "a", "c"), (True, False, True, False), (10, 20, 30, 40), (-0.1, -0.5, -0.2, -0.9))
+    row = replay_row("first", "cot", RuleParams(), {"q": s}, ["q", "q", "q"], 0.05, n_orders=2, seed=7)
+    firsts = [o[0] for o in orders(4, 2, 7, "q")]
+    want = [float(s.correct[firsts[k % 2]]) for k in range(3)]  # the third debate reads the first order again
+    assert row.scores == want and row.episodes == 3
+    assert row.tokens_per_question == pytest.approx(sum(s.tokens[firsts[k % 2]] for k in range(3)) / 3)
+    assert row.objectives[0] == pytest.approx(want[0] - 0.05 * s.tokens[firsts[0]] / 1000)
