@@ -436,62 +436,95 @@ class MethodSummary:
         return row
 
 
+@dataclass
+class _Totals:
+    """The running sums `summarize` takes over one method's debate records."""
+
+    n_rounds: int
+    score_sum: np.ndarray
+    score_n: np.ndarray
+    trans: np.ndarray
+    focus_sum: np.ndarray
+    focus_n: np.ndarray
+    read_sum: np.ndarray
+    read_n: np.ndarray
+    flips: dict[int, Ratio] = field(default_factory=dict)
+    hcr: Ratio = Ratio(0, 0)
+    bcr: Ratio = Ratio(0, 0)
+    hcr_n: Ratio = Ratio(0, 0)
+    bcr_n: Ratio = Ratio(0, 0)
+    truncated: Ratio = Ratio(0, 0)
+    truncated_none: Ratio = Ratio(0, 0)
+    no_answer: Ratio = Ratio(0, 0)
+    graders: Counter = field(default_factory=Counter)
+    drifted: int = 0
+    recovered: int = 0
+    multi: int = 0
+    rounds_drifted: int = 0
+    improved: int = 0
+    degraded: int = 0
+    round_ties: int = 0
+
+    @classmethod
+    def zeros(cls, n_rounds: int) -> _Totals:
+        x = max(n_rounds - 1, 0)  # exchange rounds
+        return cls(n_rounds, np.zeros(n_rounds), np.zeros(n_rounds, dtype=int), np.zeros((x, 4), dtype=int),
+                   np.zeros(x), np.zeros(x, dtype=int), np.zeros(x), np.zeros(x, dtype=int))
+
+    def add(self, rec: ScoredDebate) -> None:
+        """One debate: its per-round scores, ties, no-answers, truncations and grader, then its exchanges."""
+        s = round_scores(rec.answers, rec.correct)
+        self.score_sum[: len(s)] += s
+        self.score_n[: len(s)] += 1
+        self.round_ties += sum(int(round_vote(a, c).tie) for a, c in zip(rec.answers, rec.correct))
+        self.no_answer = self.no_answer + Ratio(sum(k is None for a in rec.answers for k in a),
+                                                sum(map(len, rec.answers)))
+        self.graders[rec.final_grader] += 1
+        if rec.truncated is not None:
+            cut = [k for a, t in zip(rec.answers, rec.truncated) for k, c in zip(a, t) if c]
+            self.truncated = self.truncated + Ratio(len(cut), sum(map(len, rec.answers)))
+            self.truncated_none = self.truncated_none + Ratio(sum(k is None for k in cut), len(cut))
+        if rec.n_rounds >= 2:
+            self._add_exchanges(rec, s)
+
+    def _add_exchanges(self, rec: ScoredDebate, s: np.ndarray) -> None:
+        """What a debate of several rounds adds: reads, transitions, flips, conformity and drift."""
+        if rec.peers_read is not None:
+            conf_n = conformity_narrow(rec.answers, rec.correct, rec.peers_read)
+            self.hcr_n, self.bcr_n = self.hcr_n + conf_n.hcr, self.bcr_n + conf_n.bcr
+            v = len(rec.answers[0])
+            for r, peers in enumerate(rec.peers_read[1:]):
+                if v > 1:
+                    self.read_sum[r] += float(np.mean(peers)) / (v - 1)
+                    self.read_n[r] += 1
+        t = transitions(rec.correct)
+        self.trans[: len(t)] += t
+        for k, ratio in flips_by_agreement(rec.answers, rec.correct).items():
+            self.flips[k] = self.flips.get(k, Ratio(0, 0)) + ratio
+        conf = conformity(rec.answers, rec.correct)
+        self.hcr, self.bcr = self.hcr + conf.hcr, self.bcr + conf.bcr
+        d = drift(s)
+        self.focus_sum[: len(d.focus)] += d.focus
+        self.focus_n[: len(d.focus)] += 1
+        self.multi += 1
+        self.drifted += int(d.drifted)
+        self.recovered += int(d.recovered)
+        self.rounds_drifted += d.rounds_drifted
+        self.improved += int(s[-1] > s[0])
+        self.degraded += int(s[-1] < s[0])
+
+
 def summarize(records: Sequence[ScoredDebate], seed: int = 0, n_boot: int = 2000) -> MethodSummary:
     """All §8 metrics of one method on one benchmark."""
     if not records:
         raise ValueError("summarize: no debate records")
-    n_rounds = max(rec.n_rounds for rec in records)
-    score_sum, score_n = np.zeros(n_rounds), np.zeros(n_rounds, dtype=int)
-    trans = np.zeros((max(n_rounds - 1, 0), 4), dtype=int)
-    focus_sum, focus_n = np.zeros(max(n_rounds - 1, 0)), np.zeros(max(n_rounds - 1, 0), dtype=int)
-    flips: dict[int, Ratio] = {}
-    hcr, bcr = Ratio(0, 0), Ratio(0, 0)
-    hcr_n, bcr_n = Ratio(0, 0), Ratio(0, 0)
-    truncated, truncated_none = Ratio(0, 0), Ratio(0, 0)
-    read_sum, read_n = np.zeros(max(n_rounds - 1, 0)), np.zeros(max(n_rounds - 1, 0), dtype=int)
-    drifted = recovered = multi = rounds_drifted = improved = degraded = round_ties = 0
-    no_answer = Ratio(0, 0)
-    graders: Counter[str] = Counter()
+    t = _Totals.zeros(max(rec.n_rounds for rec in records))
     for rec in records:
-        s = round_scores(rec.answers, rec.correct)
-        score_sum[: len(s)] += s
-        score_n[: len(s)] += 1
-        round_ties += sum(int(round_vote(a, c).tie) for a, c in zip(rec.answers, rec.correct))
-        no_answer = no_answer + Ratio(sum(k is None for a in rec.answers for k in a), sum(map(len, rec.answers)))
-        graders[rec.final_grader] += 1
-        if rec.truncated is not None:
-            cut = [k for a, t in zip(rec.answers, rec.truncated) for k, c in zip(a, t) if c]
-            truncated = truncated + Ratio(len(cut), sum(map(len, rec.answers)))
-            truncated_none = truncated_none + Ratio(sum(k is None for k in cut), len(cut))
-        if rec.n_rounds < 2:
-            continue
-        if rec.peers_read is not None:
-            conf_n = conformity_narrow(rec.answers, rec.correct, rec.peers_read)
-            hcr_n, bcr_n = hcr_n + conf_n.hcr, bcr_n + conf_n.bcr
-            v = len(rec.answers[0])
-            for r, peers in enumerate(rec.peers_read[1:]):
-                if v > 1:
-                    read_sum[r] += float(np.mean(peers)) / (v - 1)
-                    read_n[r] += 1
-        t = transitions(rec.correct)
-        trans[: len(t)] += t
-        for k, ratio in flips_by_agreement(rec.answers, rec.correct).items():
-            flips[k] = flips.get(k, Ratio(0, 0)) + ratio
-        conf = conformity(rec.answers, rec.correct)
-        hcr, bcr = hcr + conf.hcr, bcr + conf.bcr
-        d = drift(s)
-        focus_sum[: len(d.focus)] += d.focus
-        focus_n[: len(d.focus)] += 1
-        multi += 1
-        drifted += int(d.drifted)
-        recovered += int(d.recovered)
-        rounds_drifted += d.rounds_drifted
-        improved += int(s[-1] > s[0])
-        degraded += int(s[-1] < s[0])
+        t.add(rec)
     with np.errstate(invalid="ignore", divide="ignore"):
-        round_acc = np.where(score_n > 0, score_sum / np.maximum(score_n, 1), np.nan)
-        focus = np.where(focus_n > 0, focus_sum / np.maximum(focus_n, 1), np.nan)
-        density = np.where(read_n > 0, read_sum / np.maximum(read_n, 1), np.nan)
+        round_acc = np.where(t.score_n > 0, t.score_sum / np.maximum(t.score_n, 1), np.nan)
+        focus = np.where(t.focus_n > 0, t.focus_sum / np.maximum(t.focus_n, 1), np.nan)
+        density = np.where(t.read_n > 0, t.read_sum / np.maximum(t.read_n, 1), np.nan)
     return MethodSummary(
         n=len(records),
         accuracy=bootstrap_ci([r.score for r in records], n_boot=n_boot, seed=seed),
@@ -499,28 +532,28 @@ def summarize(records: Sequence[ScoredDebate], seed: int = 0, n_boot: int = 2000
         prompt_tokens=float(np.mean([r.prompt_tokens for r in records])),
         completion_tokens=float(np.mean([r.completion_tokens for r in records])),
         total_tokens=bootstrap_ci([r.total_tokens for r in records], n_boot=n_boot, seed=seed),
-        n_rounds=n_rounds,
+        n_rounds=t.n_rounds,
         round_accuracy=[float(x) for x in round_acc],
-        round_n=[int(x) for x in score_n],
-        transitions=trans,
-        flips_by_agreement=dict(sorted(flips.items())),
-        hcr=hcr,
-        bcr=bcr,
+        round_n=[int(x) for x in t.score_n],
+        transitions=t.trans,
+        flips_by_agreement=dict(sorted(t.flips.items())),
+        hcr=t.hcr,
+        bcr=t.bcr,
         focus=[float(x) for x in focus],
-        drifted=Ratio(drifted, multi),
-        recovered=Ratio(recovered, drifted),
-        mean_rounds_drifted=rounds_drifted / multi if multi else math.nan,
-        improved=improved,
-        degraded=degraded,
+        drifted=Ratio(t.drifted, t.multi),
+        recovered=Ratio(t.recovered, t.drifted),
+        mean_rounds_drifted=t.rounds_drifted / t.multi if t.multi else math.nan,
+        improved=t.improved,
+        degraded=t.degraded,
         failed=sum(r.failed for r in records),
         final_ties=sum(r.tie for r in records),
-        round_ties=round_ties,
-        no_answer=no_answer,
-        graders=dict(graders),
-        hcr_narrow=hcr_n,
-        bcr_narrow=bcr_n,
-        truncated=truncated,
-        truncated_no_answer=truncated_none,
+        round_ties=t.round_ties,
+        no_answer=t.no_answer,
+        graders=dict(t.graders),
+        hcr_narrow=t.hcr_n,
+        bcr_narrow=t.bcr_n,
+        truncated=t.truncated,
+        truncated_no_answer=t.truncated_none,
         read_density=[float(x) for x in density],
     )
 

@@ -159,6 +159,34 @@ def length_turns(traces: Sequence[dict]) -> list[tuple[float, int, bool]]:
             if t.get("error") is None and t.get("style") not in ANSWER_ONLY_STYLES]
 
 
+def validate_held_out(held: dict[str, list], fitted: SimParams, default: SimParams, null: NullModel,
+                      by_ridge: dict[float, SimParams]) -> tuple[list[dict], dict, dict]:
+    """Per held-out set: log-likelihood per transition (fitted, default, null, and the fit at each ridge λ), the
+    one-step calibration and the round-0 predictions against what was observed."""
+    ll_rows, calib, round0 = [], {}, {}
+    for name, traces in held.items():
+        if not traces:
+            continue
+        data = FitData.of(to_records(traces, name))
+        n = len(data.transitions)
+        ll_rows.append({"set": name, "debates": len(data.records), "transitions": n,
+                        "fitted": heldout_loglik(fitted, data) / max(1, n),
+                        "default": heldout_loglik(default, data) / max(1, n),
+                        "null": null.loglik(data.transitions) / max(1, n),
+                        "by_ridge": {str(lam): heldout_loglik(fp, data) / max(1, n) for lam, fp in
+                                     sorted(by_ridge.items())}})
+        preds = {"fitted": one_step_predictions(fitted, data), "default": one_step_predictions(default, data),
+                 "null": np.array([null.p_new_correct(t) for t in data.transitions])}
+        calib[name] = calibration(data.transitions, preds)
+        stats = compute_stats(data.records)
+        round0[name] = {"observed_accuracy": [stats["round-0 accuracy"].num, stats["round-0 accuracy"].den],
+                        "observed_unanimous": [stats["round-0 unanimous questions"].num,
+                                               stats["round-0 unanimous questions"].den],
+                        "fitted": round0_predictions(fitted, data), "default": round0_predictions(default, data),
+                        "by_agent": round0_by_agent(fitted, data)}
+    return ll_rows, calib, round0
+
+
 def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_questions: int,
         command: str, ridge: float | None = None, ridge_grid: Sequence[float] = (0.0, 0.03, 0.3, 3.0),
         cv_folds: int = 4) -> dict[str, Any]:
@@ -200,27 +228,7 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
     default = SimParams()
     null = NullModel.fit(transitions(train))
     held = {"logging (held out)": test_tr, "MAD (all)": corpus.mad}
-    ll_rows, calib, round0 = [], {}, {}
-    for name, traces in held.items():
-        if not traces:
-            continue
-        data = FitData.of(to_records(traces, name))
-        n = len(data.transitions)
-        ll_rows.append({"set": name, "debates": len(data.records), "transitions": n,
-                        "fitted": heldout_loglik(fitted, data) / max(1, n),
-                        "default": heldout_loglik(default, data) / max(1, n),
-                        "null": null.loglik(data.transitions) / max(1, n),
-                        "by_ridge": {str(lam): heldout_loglik(fp, data) / max(1, n) for lam, fp in
-                                     sorted({**others, ridge: fitted}.items())}})
-        preds = {"fitted": one_step_predictions(fitted, data), "default": one_step_predictions(default, data),
-                 "null": np.array([null.p_new_correct(t) for t in data.transitions])}
-        calib[name] = calibration(data.transitions, preds)
-        stats = compute_stats(data.records)
-        round0[name] = {"observed_accuracy": [stats["round-0 accuracy"].num, stats["round-0 accuracy"].den],
-                        "observed_unanimous": [stats["round-0 unanimous questions"].num,
-                                               stats["round-0 unanimous questions"].den],
-                        "fitted": round0_predictions(fitted, data), "default": round0_predictions(default, data),
-                        "by_agent": round0_by_agent(fitted, data)}
+    ll_rows, calib, round0 = validate_held_out(held, fitted, default, null, {**others, ridge: fitted})
     mad = {"real": real_mad(corpus.mad)} if corpus.mad else {}
     if corpus.mad:
         mad["sim fitted (synthetic)"] = simulate_mad(fitted, corpus.settings, sim_questions, seed)
@@ -273,8 +281,7 @@ def ridge_section(r: dict[str, Any]) -> list[str]:
 
 
 def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) -> str:
-    synthetic = is_synthetic(r["settings"].get("llm", ""))
-    tag = " (SYNTHETIC corpus: sim backend)" if synthetic else ""
+    tag = " (SYNTHETIC corpus: sim backend)" if is_synthetic(r["settings"].get("llm", "")) else ""
     lines = [f"# Simulator fitted to the debate corpus by maximum likelihood{tag}", "",
              f"Command: `{r['command']}`  ", f"Corpus: `{r['corpus']}`, settings {json.dumps(r['settings'])}.  ",
              f"Split by question, seed {r['split_seed']}: {r['n_train_debates']} logging debates fitted; "
@@ -344,10 +351,10 @@ def report_markdown(r: dict[str, Any], fitted: SimParams, default: SimParams) ->
               "| parameter | estimate | s.e. | identified |", "|---|---:|---:|---|"]
     for n, v in ident["estimates"].items():
         lines.append(f"| {n} | {v:.3f} | {_f(ident['se'][n])} | {'yes' if ident['identified'][n] else 'no'} |")
-    lines += ["", "Not identified / partially identified:", ""]
-    lines += [f"- `{k}`: {v}" for k, v in ident["not_identified"].items()] or ["- none"]
-    lines += ["", "Conventions (not estimates):", ""] + [f"- `{k}`: {v}" for k, v in ident["conventions"].items()]
-    lines += ["", "| SimParams field | default | fitted |", "|---|---:|---:|"]
+    lines += ["", "Not identified / partially identified:", "",
+              *([f"- `{k}`: {v}" for k, v in ident["not_identified"].items()] or ["- none"])]
+    lines += ["", "Conventions (not estimates):", "", *(f"- `{k}`: {v}" for k, v in ident["conventions"].items()),
+              "", "| SimParams field | default | fitted |", "|---|---:|---:|"]
     for f in fields(SimParams):
         a, b = getattr(default, f.name), getattr(fitted, f.name)
         fmt = (lambda v: "[" + ", ".join(f"{x:.3f}" for x in v) + "]") if f.name == "skills" else (lambda v: f"{v:.3f}")

@@ -210,36 +210,13 @@ class HAPPO:
         for position, name in enumerate(order):
             agent = agents[name]
             self.last_factors[name] = factor.clone()
-            opts = [self.optimizers[k] for k in (agent.optimizers or (name,))]
-            params = list(agent.module.parameters())
             weighted_adv = factor * adv
             old_logp = agent.old_logp
             if agent.per_dim:  # per-dimension log-probs before this agent's update: the rollout's, per dimension
                 with torch.no_grad():
                     old_logp = agent.evaluate(torch.arange(n, device=self.device))[0]
                 weighted_adv = weighted_adv.unsqueeze(-1)
-            epochs_run = 0
-            for _epoch in range(cfg.update_epochs):
-                epochs_run += 1
-                kls = []
-                for idx in self._minibatches(n, generator):
-                    idx = idx.to(self.device)
-                    logp, entropy = agent.evaluate(idx)
-                    pg_loss, diag = clipped_surrogate(logp, old_logp[idx], weighted_adv[idx], cfg.clip_coef)
-                    ent = entropy.mean()
-                    loss = pg_loss - agent.ent_coef * ent
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(f"non-finite {name} policy loss ({loss.item()})")
-                    for opt in opts:
-                        opt.zero_grad()
-                    loss.backward()
-                    grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    for opt in opts:
-                        opt.step()
-                    self._bound_behavior_std(agent)
-                    kls.append(diag["approx_kl"])
-                if cfg.target_kl is not None and torch.stack(kls).mean() > cfg.target_kl:
-                    break
+            epochs_run, grad_norm = self._fit_agent(agent, name, old_logp, weighted_adv, n, generator)
             # Diagnostics and the next agent's factor on the full batch under the updated policy.
             with torch.no_grad():
                 all_idx = torch.arange(n, device=self.device)
@@ -271,6 +248,36 @@ class HAPPO:
         stats["charts/advantage_std_raw"] = float(
             (returns - values).std().item()) if n > 1 else 0.0
         return stats
+
+    def _fit_agent(self, agent: AgentSpec, name: str, old_logp: torch.Tensor, weighted_adv: torch.Tensor, n: int,
+                   generator: torch.Generator) -> tuple[int, float]:
+        """One agent's clipped-surrogate epochs over minibatches (stopping early past `target_kl`); returns the
+        epochs run and the last gradient norm."""
+        cfg = self.cfg
+        opts = [self.optimizers[k] for k in (agent.optimizers or (name,))]
+        params = list(agent.module.parameters())
+        epochs_run, grad_norm = 0, 0.0
+        for _epoch in range(cfg.update_epochs):
+            epochs_run += 1
+            kls = []
+            for idx in self._minibatches(n, generator):
+                idx = idx.to(self.device)
+                logp, entropy = agent.evaluate(idx)
+                pg_loss, diag = clipped_surrogate(logp, old_logp[idx], weighted_adv[idx], cfg.clip_coef)
+                loss = pg_loss - agent.ent_coef * entropy.mean()
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"non-finite {name} policy loss ({loss.item()})")
+                for opt in opts:
+                    opt.zero_grad()
+                loss.backward()
+                grad_norm = float(nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+                for opt in opts:
+                    opt.step()
+                self._bound_behavior_std(agent)
+                kls.append(diag["approx_kl"])
+            if cfg.target_kl is not None and torch.stack(kls).mean() > cfg.target_kl:
+                break
+        return epochs_run, grad_norm
 
     def _bound_behavior_std(self, agent: AgentSpec) -> None:
         if self.cfg.log_std_max is not None and "behavior" in (agent.optimizers or (agent.name,)):

@@ -281,6 +281,16 @@ def configure_speculative(params, xllamacpp, kind: str | None, draft_max: int,
             target.size_n, target.size_m = n, m
 
 
+def _check_options(path: Path, n_parallel: int, n_ctx: int, repeatable: bool) -> None:
+    if not path.is_file():
+        raise BackendError(f"GGUF model file not found: {path}")
+    if n_parallel < 1 or n_ctx < 16:
+        raise ValueError(f"n_parallel must be >= 1 and n_ctx >= 16, got n_parallel={n_parallel}, n_ctx={n_ctx}")
+    if repeatable and n_parallel != 1:
+        raise ValueError(f"repeatable decodes one request at a time: n_parallel must be 1, got {n_parallel} "
+                         f"(drop the parallel setting or turn repeatable off)")
+
+
 def _set_params(params, path: Path, threads: int, n_parallel: int, n_ctx: int, n_batch: int, poll: int | None,
                 cache_prompt: bool, repeatable: bool) -> None:
     """The model, slots, context, batch, threads and caching of llama.cpp's CommonParams."""
@@ -428,15 +438,7 @@ class LocalLlamaBackend(Backend):
         repeatable: bool = False,
     ):
         path = Path(model_path)
-        if not path.is_file():
-            raise BackendError(f"GGUF model file not found: {path}")
-        if n_parallel < 1 or n_ctx < 16:
-            raise ValueError(
-                f"n_parallel must be >= 1 and n_ctx >= 16, got n_parallel={n_parallel}, n_ctx={n_ctx}"
-            )
-        if repeatable and n_parallel != 1:
-            raise ValueError(f"repeatable decodes one request at a time: n_parallel must be 1, got {n_parallel} "
-                             f"(drop the parallel setting or turn repeatable off)")
+        _check_options(path, n_parallel, n_ctx, repeatable)
         try:
             import xllamacpp
         except ImportError as exc:
