@@ -22,7 +22,7 @@ import argparse
 import csv
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,9 +36,10 @@ from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
 from dear.confidence import SUMMARIES
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
-from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, RuleParams,
-                                        is_weighted)
+from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, Outcome,
+                                        RuleParams, is_weighted)
 from dear.llm.registry import is_synthetic
+from envs.reward import objective
 
 log = logging.getLogger(__name__)
 PROG = "python -m eval.bank_replay"
@@ -106,11 +107,16 @@ def cisc_ks(width: int) -> list[int]:
     return sorted({k for k in (3, 5, width) if k <= width})
 
 
+def at_price(price: float) -> Callable[[Outcome], float]:
+    """A rule outcome's objective at a token price (envs.reward.objective: accuracy - price x tokens / 1000)."""
+    return lambda o: objective(o.score, o.tokens, price)
+
+
 def fit_all(train: Sequence[ReplayQuestion], width: int, prices: Sequence[float]) -> Fits:
     """tau for each cisc-K; confident-stop's threshold per price, weighing with the cisc-3 tau."""
     taus = {k: fit_tau(train, k) for k in cisc_ks(width)}
     stop_params = replace(DEFAULT_PARAMS, tau=taus[STOP_TAU_K].value)  # width >= 3 (parse_args)
-    return Fits(taus, {p: fit_threshold(train, p, stop_params) for p in prices})
+    return Fits(taus, {p: fit_threshold(train, at_price(p), stop_params) for p in prices})
 
 
 def _threshold_text(t: float) -> str:

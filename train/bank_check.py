@@ -19,7 +19,7 @@ a question and a seeded order of its banked samples, so many debates per questio
   the price by order-averaged replay on `train/fit` questions: replayed on the banked samples of the same questions
   as the debates above (a question's k-th debate one seeded order of its samples), with no world in between.
 - DEAR, seed s: the config (`configs/gsm8k.yaml`: `train/fit`) trained at that price, acting deterministically.
-Objective = accuracy - price x tokens / 1000 (dear/objective.py), the reward DEAR is trained on. Differences to the
+Objective = accuracy - price x tokens / 1000 (envs/reward.py), the reward DEAR is trained on. Differences to the
 best fixed rule are paired over the same debates, with 95 % bootstrap intervals over questions. Rows are appended to `rows.jsonl` as they
 finish and the same command continues a stopped check.
 """
@@ -162,7 +162,7 @@ def fit_confidence_rules(cfg: TrainConfig, price: float, n_orders: int, seed: in
     questions alone (the questions DEAR trains on; dear.debate.replay_orders)."""
     fit = [ReplayQuestion.of(q, s, n_orders, seed) for q, s in shelf_samples(cfg, FIT).items() if not held_out(q)]
     tau = fit_tau(fit, 3).value
-    threshold = fit_threshold(fit, price, RuleParams(tau=tau)).value
+    threshold = fit_threshold(fit, lambda o: objective(o.score, o.tokens, price), RuleParams(tau=tau)).value
     return {"cisc-3": RuleParams(tau=tau), CONFIDENT_STOP: RuleParams(tau=tau, threshold=threshold)}
 
 

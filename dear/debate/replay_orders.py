@@ -9,7 +9,8 @@ over positions (every sample first once) is its replay over `rotations`.
 
 Fitting (on training questions only; deterministic, exhaustive over a grid, ties to the larger grid value):
 - `fit_tau`: CISC's softmax temperature maximising the mean order-averaged score of `cisc-K`;
-- `fit_threshold`: confident-stop's threshold maximising the mean order-averaged score - price * tokens / 1000, over
+- `fit_threshold`: confident-stop's threshold maximising the mean order-averaged utility of its outcomes (the caller's
+  objective, e.g. envs.reward.objective at a token price: score - price * tokens / 1000), over
   quantiles of the training samples' confidences and +inf (never stop at the first sample).
 """
 
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, Outcome, RuleParams, Samples, rule_outcome,
                                         stops_at_first)
-from dear.objective import objective
 
 Order = tuple[int, ...]  # sample indices in the order a rule draws them
 TAU_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -128,10 +128,10 @@ def threshold_grid(train: Sequence[ReplayQuestion], levels: Sequence[float] = QU
     return (*cuts, math.inf)
 
 
-def fit_threshold(train: Sequence[ReplayQuestion], price: float, params: RuleParams = DEFAULT_PARAMS,
-                  grid: Sequence[float] | None = None) -> Fit:
+def fit_threshold(train: Sequence[ReplayQuestion], utility: Callable[[Outcome], float],
+                  params: RuleParams = DEFAULT_PARAMS, grid: Sequence[float] | None = None) -> Fit:
     """confident-stop's threshold (tau and agree from `params`): the grid point (default `threshold_grid`)
-    maximising the mean over training questions of the order-averaged score - price * tokens / 1000."""
+    maximising the mean over training questions of the order-averaged `utility` of the rule's outcome."""
     if not train:
         raise ValueError("fit_threshold: no training questions")
     grid = threshold_grid(train) if grid is None else tuple(grid)
@@ -143,7 +143,7 @@ def fit_threshold(train: Sequence[ReplayQuestion], price: float, params: RulePar
         for o in q.orders:
             s = permuted(q.samples, o)
             stop, go = (rule_outcome(s, CONFIDENT_STOP, params=p) for p in (stop_p, go_p))
-            runs.append((s, objective(stop.score, stop.tokens, price), objective(go.score, go.tokens, price)))
+            runs.append((s, utility(stop), utility(go)))
         draws.append(runs)
 
     def mean_objective(threshold: float) -> float:

@@ -9,7 +9,7 @@ from tests import ROOT
 # package or module -> floor
 FLOORS = {
     "dear.vote": 0, "dear.seeds": 0, "dear.synthetic_header": 0, "dear.cli": 0,
-    "dear.atomic": 0, "dear.objective": 0, "dear.progress": 0, "dear.llm.base": 0,  # dear.llm.base: the backend contract, below every backend
+    "dear.atomic": 0, "dear.progress": 0, "dear.llm.base": 0,  # dear.llm.base: the backend contract, below every backend
     "dear.llm": 1, "dear.tasks": 1, "dear.evidence": 1, "dear.belief": 1, "dear.metrics": 1, "dear.integrity": 1,
     "dear.confidence": 1, "dear.sandbox": 1, "dear.settings_guard": 1,
     "dear.sim": 1,

@@ -9,6 +9,8 @@ import math
 
 import pytest
 
+from envs.reward import objective
+
 from dear.debate import replay_orders as O
 from dear.debate import sampling_rules as R
 
@@ -160,11 +162,16 @@ def test_fit_threshold_picks_the_best_grid_point():
     q2 = _question("q2", ["b", "a", "a"], [-0.2, -0.4, -0.4], [100] * 3)
     # utility: thr -0.4 both stop: (1 + 0)/2 - 0.1 p; thr -0.1 q1 stops: 1 - 0.2 p; inf: 1 - 0.25 p
     grid = (-0.4, -0.1, math.inf)
-    assert O.fit_threshold([q1, q2], 0.01, tau10, grid) == O.Fit(-0.1, pytest.approx(0.998), grid)
-    assert O.fit_threshold([q1, q2], 0.0, tau10, grid).value == math.inf  # a tie with -0.1: the larger
-    assert O.fit_threshold([q1, q2], 10.0, tau10, grid).value == -0.4  # tokens dear: always stop
+    assert O.fit_threshold([q1, q2], at_price(0.01), tau10, grid) == O.Fit(-0.1, pytest.approx(0.998), grid)
+    assert O.fit_threshold([q1, q2], at_price(0.0), tau10, grid).value == math.inf  # a tie with -0.1: the larger
+    assert O.fit_threshold([q1, q2], at_price(10.0), tau10, grid).value == -0.4  # tokens dear: always stop
     # the default grid: quantiles of -0.4 -0.4 -0.2 -0.05 -0.05 -0.05, then inf; -0.05 is its largest best point
     default = O.threshold_grid([q1, q2])
     assert default[0] == -0.4 and default[-2] == -0.05 and default[-1] == math.inf
     assert list(default) == sorted(default)
-    assert O.fit_threshold([q1, q2], 0.01, tau10).value == -0.05
+    assert O.fit_threshold([q1, q2], at_price(0.01), tau10).value == -0.05
+
+
+def at_price(price: float):
+    """A rule outcome's objective at a token price (what eval.bank_replay and train.bank_check fit by)."""
+    return lambda o: objective(o.score, o.tokens, price)
