@@ -177,3 +177,18 @@ def test_a_confidence_rule_on_a_round0_stored_without_confidences_says_so(tmp_pa
     eval_run.main(_args(out, "sc"), backend=FakeBackend(by_seed))
     with pytest.raises(ValueError, match="'cisc-3' reads the samples' confidences; this stored round 0 has none"):
         eval_run.main(_args(out, "sc,cisc-3"), backend=FakeBackend(confident_by_seed))
+
+
+def test_eval_runs_the_confidence_rules_on_a_real_model(tmp_path):
+    """eval.run on the smoke model (real llama.cpp log-probabilities): the stored round 0 carries a confidence on
+    every sample and the confidence rules vote by it with the committed GSM8K-train fit."""
+    out = tmp_path / "res"
+    args = ["--benchmarks", "gsm8k", "--n", "2", "--llm", "smoke", "--methods", "sc,cisc-3,confident-stop",
+            "--seed", "0", "--out", str(out), "--batch", "2", "--sc-samples", "3", "--n-boot", "50",
+            "--max-tokens", "24", "--no-cache", "--no-progress"]
+    pytest.importorskip("xllamacpp")
+    eval_run.main(args)  # builds the smoke backend itself (and closes it)
+    round0 = read_jsonl(out / "traces" / "gsm8k" / "round0.jsonl")
+    assert all(None not in Samples.of(t).confidence for t in round0)
+    for rule in ("cisc-3", "confident-stop"):
+        assert {t.decision for t in read_jsonl(out / "traces" / "gsm8k" / f"{rule}.jsonl")} == {"confidence-weighted"}

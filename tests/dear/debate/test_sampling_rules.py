@@ -114,3 +114,21 @@ def test_a_confidence_rule_needs_a_debate_that_asks_for_log_probabilities():
     wrong_start = SamplingRuleProtocol("adaptive-sc-2-from-1", 3, max_samples=6)
     with pytest.raises(ValueError, match="start_width=1"):
         DebateEngine(FakeBackend(by_seed), DebateConfig(n_agents=3, n_rounds=0)).run(QUESTIONS[:1], wrong_start)
+
+
+def test_the_confidence_rules_run_live_on_a_real_model(smoke_backend):
+    """Confident stop and CISC-3 on the smoke model through llama.cpp (its answers are nonsense, the plumbing is
+    real): every voter carries a confidence record from real log-probabilities, the vote is confidence-weighted, and
+    confident stop draws one sample first."""
+    from dear import tasks
+
+    qs = tasks.load("gsm8k", "test", n=2)
+    for rule, params in (("confident-stop", R.RuleParams(threshold=-0.5)), ("cisc-3", R.RuleParams(tau=0.1))):
+        proto = SamplingRuleProtocol(rule, 3, max_samples=4, params=params)
+        config = proto.configure(DebateConfig(n_agents=3, n_rounds=0, seed=1, max_tokens=24))
+        assert config.logprobs is not None and config.start_width == (1 if rule == "confident-stop" else 3)
+        for d in DebateEngine(smoke_backend, config).run(qs, proto):
+            voters = d.voters("all-answers")
+            assert d.trace.decision == "confidence-weighted" and d.trace.vote_tau == params.tau
+            assert voters and all(R.turn_confidence(t) is not None for t in voters), rule
+            assert d.n_samples == R.samples_used(R.Samples.of_turns(voters), rule, 3, params)
