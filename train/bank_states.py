@@ -3,7 +3,8 @@
     python -m train.bank_states --policy results/policy-bank-gsm8k-p0.05 --split test --orders 20 \\
         --out results/bank-states-gsm8k-p0.05
 
-The exported policy debates every question the bank holds for `--split`, `--orders` times (each debate another
+The exported policy (trained on GSM8K; on another benchmark's bank, zero-shot) debates every question the bank holds
+for `--split`, `--orders` times (each debate another
 seeded order of the question's banked samples), on the bank alone (dear.bank.backend: no model is called). Before
 each exchange round the policy is in a state: the independent samples drawn so far (n) and how many of them the
 leading answer holds (k). Per state the table gives how many debates reached it, how often the policy stopped
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dear import tasks
+from dear import metrics, tasks
 from dear.atomic import atomic_write_text
 from dear.bank.backend import DEFAULT_BANK, BankBackend
 from dear.cli import command_line
@@ -105,6 +106,17 @@ def rows_of(states: dict[tuple[int, int], StateStats]) -> list[dict]:
     return rows
 
 
+def overall(debates: Sequence[Debate], seed: int) -> dict:
+    """Accuracy (a question's debates averaged first, 95 % bootstrap interval over questions) and tokens/question."""
+    by_q: dict[str, list[float]] = {}
+    for d in debates:
+        by_q.setdefault(d.question.id, []).append(0.0 if d.failed else float(d.trace.final_score or 0.0))
+    ci = metrics.bootstrap_ci([float(np.mean(v)) for v in by_q.values()], seed=seed)
+    return {"accuracy": ci.mean, "low": ci.low, "high": ci.high,
+            "tokens": float(np.mean([d.trace.total_tokens for d in debates])),
+            "failed": sum(d.failed for d in debates)}
+
+
 def markdown(rows: Sequence[dict], meta: dict) -> str:
     def pct(x):
         return "–" if x is None else f"{100 * x:.1f}"
@@ -115,6 +127,9 @@ def markdown(rows: Sequence[dict], meta: dict) -> str:
              f"{meta['orders']} seeded orders = {meta['debates']} debates; nothing synthetic, no model called). A state "
              "is what the policy saw before a decision: n samples drawn, the leading answer held by k of them. "
              "Accuracy counts a tie as its expected value; tokens are prompt + completion so far / at the end.", "",
+             f"Overall: accuracy {100 * meta['overall']['accuracy']:.1f} % [{100 * meta['overall']['low']:.1f}, "
+             f"{100 * meta['overall']['high']:.1f}] (95 % bootstrap over questions) at "
+             f"{meta['overall']['tokens']:.0f} tokens/question; {meta['overall']['failed']} debates failed.", "",
              "| n | k | debates | policy stops % | fresh drawn when going on | adaptive SC (until 2) | accuracy if "
              "stopped here % | accuracy at the end % | tokens here | tokens at the end |",
              "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
@@ -155,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         debates = debater.engine.run(asked, protocol, debate_seeds=seeds)
     rows = rows_of(collect(debates, protocol.records))
     meta = {"command": command_line(PROG, argv), "policy": a.policy, "split": a.split, "questions": len(questions),
-            "orders": a.orders, "debates": len(debates)}
+            "orders": a.orders, "debates": len(debates), "overall": overall(debates, a.seed)}
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "states.md", markdown(rows, meta))
     with open(a.out / "states.csv", "w", newline="", encoding="utf-8") as f:

@@ -19,4 +19,4 @@ def test_every_decision_is_counted_in_its_state(tmp_path):
     assert all(r["adaptive_sc"] == ("stop" if int(r["leader_holds"]) >= 2 else "draw 1") for r in rows)
     assert all(0 <= float(r["policy_stops"]) <= 1 for r in rows)
     md = (out / "states.md").read_text(encoding="utf-8")
-    assert "2 questions × 3 seeded orders = 6 debates" in md and "synthetic" not in md.replace("nothing synthetic", "")
+    assert "2 questions × 3 seeded orders = 6 debates" in md and "Overall: accuracy" in md and "synthetic" not in md.replace("nothing synthetic", "")
