@@ -1,7 +1,8 @@
 """Fit the simulated world's confidence model to a bank's real samples, and validate it out of sample.
 
     python -m simworld.confidence_fit --out worlds/gsm8k-bank-confidence \
-        --into worlds/gsm8k-fitted/sim_params_synthetic_texts.json
+        --base worlds/gsm8k-fitted/sim_params_synthetic_texts.json \
+        --into worlds/gsm8k-bank-confidence/sim_params_synthetic_texts_confidence.json
 
 The model (dear/sim/confidence.py): log(-m) = mu_c + b_q + e for a sample's mean token log-probability m, with c
 whether the sample is right, b_q ~ Normal(0, sd_question) shared by a question's samples, e ~ Normal(0, sd_c). Fitted
@@ -14,8 +15,10 @@ within-question spread of each class; validated on its **train/holdout** questio
   from its class).
 - the share of log(-m)'s variance that lies between questions, real against the model's (Monte Carlo).
 
-Writes OUT/confidence_fit.json (the four parameters, the fit and the validation, the command) and OUT/README.md;
-`--into FILE` also writes the four parameters into a sim parameter file (its other parameters unchanged).
+Writes OUT/confidence_fit.json (the five parameters, the fit and the validation, the command) and OUT/README.md;
+`--base PARAMS --into FILE` also writes a sim parameter file: the world of PARAMS with the five parameters added (a
+new file: the fitted world's own file stays the copy of its fit's output). Train or serve in it with
+`llm.options.params_file=FILE`.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def fit(samples: Sequence[Sample]) -> dict[str, float]:
 
 def model_draws(params: dict[str, float], held: Sequence[Sample], rng: np.random.Generator) -> list[Sample]:
     """The model's m for the held-out samples' own questions and right/wrong labels (one Monte Carlo draw)."""
-    shared = {q: float(rng.normal(0.0, params["confidence_sd_question"])) for q in {s.question_id for s in held}}
+    shared = {q: float(rng.normal(0.0, params["confidence_sd_question"])) for q in sorted({s.question_id for s in held})}
     out = []
     for s in held:
         name = "correct" if s.correct else "wrong"
@@ -201,7 +204,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bank", type=Path, default=Path(DEFAULT_BANK), help="bank directory (default: the committed one)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--into", type=Path, default=None, help="a sim parameter file to write the fitted parameters into")
+    p.add_argument("--base", type=Path, default=None, help="a sim parameter file whose world gets the confidence model")
+    p.add_argument("--into", type=Path, default=None, help="where to write it (a new file, 'synthetic' in its name)")
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -223,11 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     write_json(a.out / "confidence_fit.json", doc, indent=2, trailing_newline=True)
     atomic_write_text(a.out / "README.md", readme(doc))
+    if (a.base is None) != (a.into is None):
+        raise ValueError("--base and --into go together: the world to add the model to, and the new file")
     if a.into is not None:
-        into = json.loads(a.into.read_text(encoding="utf-8"))
-        merged = SimParams.from_dict({**into["params"], **params})  # validated
-        kept = {k: v for k, v in into.items() if k not in ("model_id", "synthetic", "params", "confidence_fit")}
-        merged.to_json(a.into, **kept, confidence_fit=shown_path(a.out / "confidence_fit.json"))
+        if a.into.resolve() == a.base.resolve():
+            raise ValueError(f"--into {a.into}: write a new file; {a.base} stays its fit's output")
+        base = json.loads(a.base.read_text(encoding="utf-8"))
+        merged = SimParams.from_dict({**base["params"], **params})  # validated
+        kept = {k: v for k, v in base.items() if k not in ("model_id", "synthetic", "params", "confidence_fit")}
+        merged.to_json(a.into, **kept, base=shown_path(a.base), confidence_fit=shown_path(a.out / "confidence_fit.json"))
     print(readme(doc))
     return 0
 

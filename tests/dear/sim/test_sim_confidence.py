@@ -5,7 +5,6 @@ samples more confident, a question's samples sharing its effect; nothing else ab
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -50,9 +49,10 @@ def test_the_model_needs_both_class_spreads():
 
 
 def test_the_fit_reads_train_questions_and_validates_on_held_out_ones(tmp_path):
-    into = tmp_path / "sim_params_synthetic_texts.json"
-    shutil.copy("worlds/gsm8k-fitted/sim_params_synthetic_texts.json", into)
-    assert confidence_fit.main(["--out", str(tmp_path / "fit"), "--into", str(into), "--n-boot", "50"]) == 0
+    into = tmp_path / "sim_params_synthetic_confidence.json"
+    base = "worlds/gsm8k-fitted/sim_params_synthetic_texts.json"
+    assert confidence_fit.main(["--out", str(tmp_path / "fit"), "--base", base, "--into", str(into),
+                                "--n-boot", "50"]) == 0
     doc = json.loads((tmp_path / "fit" / "confidence_fit.json").read_text())
     fit_q, held_q = doc["fit"]["questions"], doc["validation"]["questions"]
     assert fit_q > held_q > 0 and doc["shelf"].startswith("gsm8k-train")
@@ -61,4 +61,7 @@ def test_the_fit_reads_train_questions_and_validates_on_held_out_ones(tmp_path):
     assert 0.5 < doc["validation"]["auroc_model"] < 1 and p["confidence_sd_question"] > 0
     params = SimParams.from_json(into)
     assert params.has_confidence and params.confidence_sd_question == pytest.approx(p["confidence_sd_question"])
+    assert params.skills == SimParams.from_json(base).skills  # the base world's other parameters, unchanged
+    with pytest.raises(ValueError, match="write a new file"):
+        confidence_fit.main(["--out", str(tmp_path / "fit"), "--base", base, "--into", base])
     assert "train/holdout" in (tmp_path / "fit" / "README.md").read_text()
