@@ -278,8 +278,16 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 
 
 def plot(r: Report, path: Path) -> None:
-    """Accuracy against tokens per question, one marker per row (legend at the right), the frontier as a staircase
-    (dominated rows hollow)."""
+    """The report's rows on the accuracy–tokens plane (`plot_points`)."""
+    plot_points([(row.spec.label, row.tokens, row.accuracy) for row in r.rows], r.frontier,
+                f"{r.test.key.benchmark} {r.test.key.split}, n={len(r.test.questions)}, {r.n_orders} orders",
+                r.synthetic, path)
+
+
+def plot_points(points: Sequence[tuple[str, float, float]], frontier: Sequence[bool], title: str, synthetic: bool,
+                path: Path) -> None:
+    """Accuracy against tokens per question, one marker per (label, tokens, accuracy) point (legend at the right),
+    the frontier as a staircase (dominated points hollow); the title says real-model replay or SYNTHETIC."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -288,11 +296,11 @@ def plot(r: Report, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     cmap = plt.get_cmap("tab20")
-    for i, (row, front) in enumerate(zip(r.rows, r.frontier)):
+    for i, ((label, tokens, accuracy), front) in enumerate(zip(points, frontier)):
         color = cmap(i % 20)
-        ax.plot(row.tokens, 100 * row.accuracy, MARKERS[i % len(MARKERS)], color=color, markersize=7, alpha=0.9,
-                markerfacecolor=color if front else "none", label=row.spec.label)
-    front = sorted((row.tokens, 100 * row.accuracy) for row, f in zip(r.rows, r.frontier) if f)
+        ax.plot(tokens, 100 * accuracy, MARKERS[i % len(MARKERS)], color=color, markersize=7, alpha=0.9,
+                markerfacecolor=color if front else "none", label=label)
+    front = sorted((tokens, 100 * accuracy) for (_, tokens, accuracy), f in zip(points, frontier) if f)
     ax.plot([x for x, _ in front], [y for _, y in front], drawstyle="steps-post", color="black", linestyle="--",
             linewidth=1.0, zorder=0, label="accuracy–token frontier; hollow = dominated")
     ax.set_xscale("log")
@@ -300,9 +308,8 @@ def plot(r: Report, path: Path) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("tokens per question (prompt + completion, log scale)")
     ax.set_ylabel("accuracy % (order-averaged)")
-    tag = "SYNTHETIC" if r.synthetic else "real-model replay"
-    ax.set_title(f"{r.test.key.benchmark} {r.test.key.split}, n={len(r.test.questions)}, {r.n_orders} orders "
-                 f"[{tag}]", color="#b00000" if r.synthetic else "black")
+    tag = "SYNTHETIC" if synthetic else "real-model replay"
+    ax.set_title(f"{title} [{tag}]", color="#b00000" if synthetic else "black")
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     fig.savefig(path, dpi=120, bbox_inches="tight")

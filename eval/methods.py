@@ -22,7 +22,6 @@ calls included), as if run alone.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from dear.debate.engine import Debate, DebateEngine
 from dear.debate.interventions import InterventionConfig, InterventionProtocol
 from dear.debate.methods import DEFAULT_METHODS, METHODS, MethodSpec
 from dear.debate.protocols import MajorityProtocol, Protocol
-from dear.debate.sampling_rules import CONFIDENT_STOP, FittedParams, RuleParams, Samples, samples_used
+from dear.debate.sampling_rules import FittedParams, RuleParams, Samples, samples_needed, samples_used
 from dear.debate.trace import AgentTurn
 from dear.llm.base import Backend
 from dear.llm.registry import is_synthetic
@@ -51,17 +50,6 @@ def round0_width(methods: Sequence[str], n_agents: int, sc_samples: int) -> int:
     reads them (`sc`, and the adaptive rules, which may read all of them)."""
     wide = any(m == "sc" or (m in METHODS and METHODS[m].rule) for m in methods)
     return max(n_agents, sc_samples if wide else 0)
-
-
-def samples_needed(rule: str, n_agents: int) -> int:
-    """The fewest stored samples a rule must be able to read: its start (V for `adaptive-sc-A`) and its agreement,
-    or one ESC window."""
-    if m := re.fullmatch(r"adaptive-sc-(\d+)-from-(\d+)", rule):
-        return max(int(m[1]), int(m[2]))
-    if rule == CONFIDENT_STOP:
-        return 2  # an unconfident first sample and the one that agrees with it
-    name, _, arg = rule.rpartition("-")
-    return int(arg) if name == "esc" else max(n_agents, int(arg))
 
 
 def check_adaptive(specs: Sequence[MethodSpec], n_agents: int, sc_samples: int) -> None:

@@ -269,10 +269,15 @@ REPLAY_ORDERS = 20
 
 
 def confidence_rows(base: TrainConfig, price: float, split: str, run: CheckDir, done: dict, seed: int) -> None:
-    """The confidence rules' rows (`replay_row`) on the questions of the rows already evaluated."""
+    """The confidence rules' rows (`replay_row`) on the questions of the rows already evaluated (a pool that mixes
+    reply modes has none here: eval.mode_replay replays the rules over both modes)."""
     missing = [(rule, name) for rule, name in CONFIDENCE_RULES if f"replay-{rule}" not in done]
     reference = next((r for r in run.rows().values() if r.get("questions")), None)
     if not missing or reference is None:
+        return
+    styles = {p.style for p in base.env.profiles(base.llm.backend_spec()) or ()}
+    if len(styles) > 1:  # the mixing rules over both modes are eval.mode_replay's rows
+        log.info("confidence rules left out: they replay one shelf, and the pool mixes %s", ", ".join(sorted(styles)))
         return
     t0 = time.process_time()
     params = fit_confidence_rules(base, price, REPLAY_ORDERS, seed)

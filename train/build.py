@@ -73,7 +73,8 @@ def settle_threads(cfg: TrainConfig, resumed: bool = False) -> str | None:
 def make_local_backend(cfg: TrainConfig) -> Backend:
     """The backend `llm` names, in this process (wrapped in the response cache when `llm.cache` is set); a llama.cpp
     backend decodes with `llm.threads` threads when the config fixed them (`settle_threads`), and one request at a
-    time with `llm.repeatable`."""
+    time with `llm.repeatable`; a bank world serves the env's task and split, from each agent profile's style's
+    shelves."""
     from dear.llm.registry import make_backend
 
     options = backend_kwargs(cfg)
@@ -81,9 +82,12 @@ def make_local_backend(cfg: TrainConfig) -> Backend:
         options["n_threads"] = cfg.llm.threads
     if cfg.llm.repeatable and uses_llama_cpp(cfg.llm.backend_spec()):
         options.update(n_parallel=1, repeatable=True)  # one request at a time, whatever llm.options asks
-    if cfg.llm.backend_kind() == "bank":  # the bank world serves the env's questions: its task and split
+    if cfg.llm.backend_kind() == "bank":  # the bank world serves the env's questions: its task, split and styles
         options.setdefault("benchmark", cfg.env.task)
         options.setdefault("split", (cfg.env.split or "train").partition("/")[0])
+        profiles = cfg.env.profiles(cfg.llm.backend_spec())
+        if profiles is not None:  # a pool that mixes modes replays each agent's style from its own shelves
+            options.setdefault("profile", tuple(dict.fromkeys(p.style for p in profiles)))
     backend = make_backend(cfg.llm.backend_spec(), **options)
     if cfg.llm.cache:
         from dear.llm.cache import CachedBackend

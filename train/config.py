@@ -128,10 +128,11 @@ class EnvSection:
     shaping: bool = True
     shaping_coef: float = 1.0  # 1 = the return becomes final score − round-0 plurality score − token cost
     options: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env
-    # Agent profiles, one mapping per agent: {style: cot|direct, max_tokens: N, backend: spec}, each key optional
-    # (dear/debate/profiles.py); every agent runs on the llm backend, so a backend may only repeat its spec.
+    # Agent profiles, one per agent: a mapping {style: cot|direct|pot, max_tokens: N, backend: spec}, each key
+    # optional, or its compact form ("pot", "direct:64"; dear/debate/profiles.py); every agent runs on the llm
+    # backend, so a backend may only repeat its spec.
     # None = the paper's agents.
-    agent_profiles: list[dict[str, Any]] | None = None
+    agent_profiles: list[dict[str, Any] | str] | None = None
     # Seat the profiles in a random order per debate (envs/debate_env.py), so the policy meets each in every seat
     shuffle_profiles: bool = False
     # Observe each agent's profile (one-hot, dear/policy.py); off = the paper's observations
@@ -375,6 +376,8 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
                 return _coerce(value, arg, key, where)
             except ConfigError as e:
                 errors.append(e)
+        if len(errors) == 1:  # one type besides None: its own error names the element that is wrong
+            raise errors[0]
         raise bad(" or ".join(_type_name(a) for a in args))
     if origin is Literal:
         if value not in typing.get_args(tp):

@@ -6,7 +6,10 @@ setting **snapped to the nearest grid point**: the shelf with the nearest temper
 continuous T / top-p from a behavior policy becomes the nearest banked setting; the turn's `source` names the shelf,
 so the trace records the snap). Sample n of a debate is the shelf's sample `perm[n]`, where `perm` is a permutation
 of the question's stored samples seeded by (seed, debate id): a draw is an exact stored sample, no sample repeats
-within a debate, and another debate of the same question sees another order.
+within a debate, and another debate of the same question sees another order. A pool that mixes reply styles (`cot`
+and `pot` agents: option `profile` names each) is served from each agent's style's shelves; the debate's sample
+index counts over all of them, so no shelf repeats a sample within a debate. A `pot` sample brings the sandbox run
+it was graded by (`Completion.program`): a replayed program never runs again.
 
 When a question's stored samples run out, the `live` backend generates the next one at the shelf's setting (and the
 `grow` callback may store it in the bank); without a live backend the request fails with an error naming the shelf
@@ -47,6 +50,15 @@ class Served:
     index: int
 
 
+def profile_names(profile: str | Sequence[str]) -> tuple[str, ...]:
+    """The profiles a bank world serves: one style, several (a list, or "cot,pot"), in order, without repeats."""
+    names = profile.split(",") if isinstance(profile, str) else list(profile)
+    out = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not out:
+        raise BackendError(f"bank option profile: no reply style in {profile!r}")
+    return out
+
+
 def snap(keys: Sequence[ShelfKey], temperature: float, top_p: float) -> ShelfKey:
     """The shelf nearest to (temperature, top_p): nearest temperature first, then nearest top-p (ties: lower)."""
     if not keys:
@@ -62,37 +74,51 @@ class BankBackend(Backend):
     Args:
         bank: the bank directory (or an open Bank).
         benchmark, split: the shelves' benchmark and split (the questions the world asks).
-        profile: the agents' reply style (the shelves' profile).
-        max_tokens: the shelves' token limit (None: the one the shelves of this benchmark/split/profile share).
+        profile: the agents' reply style (the shelves' profile), or several for a pool that mixes modes (a sequence,
+            or "cot,pot"): each request is served from its agent's style's shelves (the engine's metadata `style`).
+        max_tokens: the shelves' token limit (None: the one each profile's shelves share).
         live: the backend for revise turns and for samples beyond the stored ones (None: those fail clearly).
         grow: called with (shelf key, question id, bank index, request sent, completion) after `live` drew a sample beyond the
             stored ones, to store it (e.g. `dear.bank.build.grower`); None keeps the bank as it is.
         seed: mixes into every debate's permutation.
     """
 
-    def __init__(self, bank: str | Bank, benchmark: str = "gsm8k", split: str = "train", profile: str = "cot",
-                 max_tokens: int | None = None, live: Backend | None = None,
+    def __init__(self, bank: str | Bank, benchmark: str = "gsm8k", split: str = "train",
+                 profile: str | Sequence[str] = "cot", max_tokens: int | None = None, live: Backend | None = None,
                  grow: Callable[[ShelfKey, str, int, ChatRequest, Completion], None] | None = None,
                  seed: int = 0):
         self.bank = bank if isinstance(bank, Bank) else Bank.open(bank)
-        keys = [k for k in self.bank.keys if (k.benchmark, k.split, k.profile) == (benchmark, split, profile)]
-        limits = sorted({k.max_tokens for k in keys})
-        if max_tokens is None and len(limits) > 1:
-            raise BackendError(f"bank {self.bank.root}: {benchmark}/{split}/{profile} shelves have token limits "
-                               f"{limits}; name one (max_tokens)")
-        self.keys = [k for k in keys if max_tokens is None or k.max_tokens == max_tokens]
-        if not self.keys:
-            raise BackendError(f"bank {self.bank.root} has no shelf of {benchmark}/{split}/{profile}"
-                               + (f" at {max_tokens} tokens" if max_tokens else "")
-                               + f"; shelves: {', '.join(k.name for k in self.bank.keys) or 'none'}")
+        self.profiles = profile_names(profile)
+        self.keys_by_profile = {p: self._keys_of(benchmark, split, p, max_tokens) for p in self.profiles}
+        self.keys = [k for keys in self.keys_by_profile.values() for k in keys]
         self.live, self.grow, self.seed = live, grow, seed
         self.model_id = f"bank:{self.bank.manifest['model_file']}"
         self.context_length = live.context_length if live is not None else None
         self._lock = threading.Lock()
         self._orders: dict[tuple[ShelfKey, str], list[int]] = {}
 
+    def _keys_of(self, benchmark: str, split: str, profile: str, max_tokens: int | None) -> list[ShelfKey]:
+        """The shelves of one profile (one token limit); BackendError naming what the bank holds otherwise."""
+        keys = [k for k in self.bank.keys if (k.benchmark, k.split, k.profile) == (benchmark, split, profile)]
+        limits = sorted({k.max_tokens for k in keys})
+        if max_tokens is None and len(limits) > 1:
+            raise BackendError(f"bank {self.bank.root}: {benchmark}/{split}/{profile} shelves have token limits "
+                               f"{limits}; name one (max_tokens)")
+        keys = [k for k in keys if max_tokens is None or k.max_tokens == max_tokens]
+        if not keys:
+            raise BackendError(f"bank {self.bank.root} has no shelf of {benchmark}/{split}/{profile}"
+                               + (f" at {max_tokens} tokens" if max_tokens else "")
+                               + f"; shelves: {', '.join(k.name for k in self.bank.keys) or 'none'}")
+        return keys
+
     def shelf_for(self, request: ChatRequest) -> Shelf:
-        return self.bank.shelf(snap(self.keys, request.temperature, request.top_p))
+        """The request's shelf: its agent's profile (metadata `style`; a debate without profiles: the first
+        profile), at the nearest banked setting."""
+        style = request.metadata.get("style") or self.profiles[0]
+        if style not in self.keys_by_profile:
+            raise BackendError(f"the bank world serves profiles {', '.join(self.profiles)}; a {style!r} agent asked "
+                               f"(bank option profile: name every style of the pool)")
+        return self.bank.shelf(snap(self.keys_by_profile[style], request.temperature, request.top_p))
 
     def order(self, shelf: Shelf, question_id: str, debate_id: str) -> list[int]:
         """The debate's order of the question's stored sample indices, fixed at its first draw (samples the live
@@ -125,7 +151,11 @@ class BankBackend(Backend):
             if request.metadata.get("sample") is None:
                 to_live.append(i)
                 continue
-            shelf, index = self.draw(request)
+            try:
+                shelf, index = self.draw(request)
+            except BackendError as e:  # a style no shelf serves: this request fails, the others are served
+                out[i] = Completion("", 0, 0, "error", 0.0, error=str(e))
+                continue
             sample = shelf.samples.get(request.metadata["question_id"], {}).get(index)
             if sample is not None:
                 out[i] = replayed(sample, shelf.key)
@@ -183,7 +213,8 @@ class BankBackend(Backend):
 
 
 def replayed(sample: BankSample, key: ShelfKey) -> Completion:
-    """A stored sample as the completion it was: text, tokens, finish reason and confidence record."""
+    """A stored sample as the completion it was: text, tokens, finish reason, confidence record and (a `pot` sample)
+    its program's sandbox run."""
     return Completion(text=sample.text, prompt_tokens=sample.prompt_tokens, completion_tokens=sample.completion_tokens,
                       finish_reason=sample.finish_reason, latency_s=0.0, confidence=sample.confidence,
-                      source=f"bank:{key.name}#{sample.sample}")
+                      source=f"bank:{key.name}#{sample.sample}", program=sample.program)

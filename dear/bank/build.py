@@ -54,7 +54,7 @@ def sample_of(turn, question_id: str) -> BankSample:
                       answer_key=turn.answer_key, correct=bool(turn.correct), grader=turn.grader,
                       prompt_tokens=turn.prompt_tokens, completion_tokens=turn.completion_tokens,
                       finish_reason=turn.finish_reason, confidence=turn.confidence,
-                      latency_s=round(float(turn.latency_s), 3))
+                      latency_s=round(float(turn.latency_s), 3), program=turn.program)
 
 
 def todo_questions(shelf: Shelf, questions: Sequence[tasks.Question], samples: int) -> list[tasks.Question]:
@@ -107,7 +107,7 @@ def build(bank: Bank, plan: BuildPlan, backend: Backend, max_in_flight: int = 1,
 def grower(bank: Bank, generation: dict[str, Any] | None = None):
     """A `BankBackend.grow` callback: grade a sample the live model drew beyond the stored ones and store it."""
     from dear.confidence import confidence_dict
-    from dear.debate.engine import graded_answer
+    from dear.debate.engine import grade_turn
 
     by_id: dict[tuple[str, str], dict[str, tasks.Question]] = {}
 
@@ -115,12 +115,13 @@ def grower(bank: Bank, generation: dict[str, Any] | None = None):
         questions = by_id.setdefault((key.benchmark, key.split),
                                      {q.id: q for q in tasks.load(key.benchmark, split=key.split)})
         q = questions[question_id]
-        answer, answer_key, correct, grader = graded_answer(c.text, c.finish_reason, c.error, q, key.profile)
+        g = grade_turn(c.text, c.finish_reason, c.error, q, key.profile, program=c.program)
         shelf = bank.shelf(key)
         shelf.append([BankSample(question_id, index, int(request.seed), c.text,
-                                 answer, answer_key, correct, grader, c.prompt_tokens, c.completion_tokens,
-                                 c.finish_reason, confidence_dict(c.logprobs, c.text, answer, "live: none sent"),
-                                 round(float(c.latency_s), 3))])
+                                 g.answer, g.key, g.correct, g.grader, c.prompt_tokens, c.completion_tokens,
+                                 c.finish_reason, confidence_dict(c.logprobs, c.text, g.answer if g.program is None else None,
+                                                                    "live: none sent"),
+                                 round(float(c.latency_s), 3), program=g.program)])
         bank.record(shelf, {**(generation or {}), "grown_by": "bank world (live model)"})
 
     return grow

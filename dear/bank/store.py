@@ -7,7 +7,9 @@ temperature, top-p, token limit, log-probability alternatives), its questions an
 A sample is one completion of a question's round-0 prompt at the shelf's setting: its index `sample` (0, 1, ...)
 fixes its seed, the seed round-0 agent `sample` of the question's debate gets (dear.debate.engine), so sample i of
 a bank equals agent i's answer in a round 0 of the same question, and a bank draw of a stored sample is exact.
-Each keeps its text, answer, key, grade, tokens, finish reason, seed and confidence record (dear/confidence.py).
+Each keeps its text, answer, key, grade, tokens, finish reason, seed and confidence record (dear/confidence.py); a
+program-of-thought (`pot`) sample also keeps its program's sandbox run, so a replay reads the answer it was graded by
+and never runs the program again.
 
 Shelves grow by appending one gzip member per question, flushed and fsynced, so a stopped build keeps every
 question it finished; the manifest is rewritten atomically after each append and `verify()` checks the checksums.
@@ -66,6 +68,14 @@ class BankSample:
     finish_reason: str
     confidence: dict[str, Any] | None = None
     latency_s: float = 0.0
+    program: dict[str, Any] | None = None  # a `pot` sample's sandbox run (dear.debate.pot.PotRun.to_dict()) it was graded by
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (`program` only on `pot` samples, so other shelves keep their bytes)."""
+        d = asdict(self)
+        if d["program"] is None:
+            del d["program"]
+        return d
 
     @property
     def tokens(self) -> int:
@@ -116,7 +126,7 @@ class Shelf:
         new = [s for s in samples if s.sample not in self.samples.get(s.question_id, {})]
         if not new:
             return
-        blob = "".join(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in new).encode("utf-8")
+        blob = "".join(json.dumps(s.to_dict(), ensure_ascii=False) + "\n" for s in new).encode("utf-8")
         with open(self.path, "ab") as f:
             f.write(gzip.compress(blob, mtime=0))
             f.flush()

@@ -1014,9 +1014,11 @@ class DebateEngine:
 
     def _run_programs(self, pending: Sequence[_Pending], completions: Sequence[Completion]) -> dict[int, dict]:
         """The programs of a batch's `pot` turns, run concurrently (PROGRAM_WORKERS at a time, each waiting on its
-        own sandboxed process): position -> `pot.PotRun.to_dict()`. Grading stays in the calling thread."""
+        own sandboxed process): position -> `pot.PotRun.to_dict()`. Grading stays in the calling thread. A completion
+        that brings its run (a bank replay's `Completion.program`) is not run again."""
         jobs = [k for k, (p, c) in enumerate(zip(pending, completions))
-                if not p.silent and c.error is None and self._profile(p.debate, p.agent).style == pot.STYLE]
+                if not p.silent and c.error is None and c.program is None
+                and self._profile(p.debate, p.agent).style == pot.STYLE]
         if len(jobs) < 2:  # one program (or none) runs in `_make_turn`
             return {}
         limits = self.config.sandbox_limits
@@ -1025,8 +1027,8 @@ class DebateEngine:
         return dict(zip(jobs, runs))
 
     def _make_turn(self, p: _Pending, c: Completion, program: dict | None = None) -> AgentTurn:
-        """The turn of one completion. `program`: a `pot` turn's program already run (`_run_programs`); without it
-        a `pot` turn's program runs here."""
+        """The turn of one completion. `program`: a `pot` turn's program already run (`_run_programs`), else the
+        run the completion brings (a bank replay); without either a `pot` turn's program runs here."""
         req = p.request
         self.stats.add(prompt_tokens=c.prompt_tokens, reused_prompt_tokens=c.reused_prompt_tokens,
                        completion_tokens=c.completion_tokens, cached=int(c.cached),
@@ -1040,7 +1042,7 @@ class DebateEngine:
             graded = GradedTurn(kept.answer, kept.answer_key, kept.correct, kept.grader, kept.program)
         else:
             graded = grade_turn(text, c.finish_reason, c.error, p.debate.question, profile.style,
-                                limits=self.config.sandbox_limits, program=program)
+                                limits=self.config.sandbox_limits, program=program or c.program)
         answer, key, correct, grader = graded.astuple()
         if graded.program is not None:
             # a `pot` turn as peers see it: its program and what the program printed (or why it gave no answer);

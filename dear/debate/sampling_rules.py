@@ -255,6 +255,19 @@ def rule_start(rule: str, start: int = ROUND0_AGENTS) -> int:
     return start if name == "adaptive-sc" else int(arg)
 
 
+def samples_needed(rule: str, start: int = ROUND0_AGENTS) -> int:
+    """The fewest samples a rule must be able to read to make its decisions: its start and the agreement it waits
+    for (`adaptive-sc-A`: A; `confident-stop`: 2, the unconfident first sample and one that agrees), one ESC window,
+    or all K of `sc-K` / `cisc-K`."""
+    first = rule_start(rule, start)
+    if m := _FROM.fullmatch(rule):
+        return max(int(m[1]), first)
+    if rule == CONFIDENT_STOP:
+        return DEFAULT_PARAMS.agree
+    name, _, arg = rule.rpartition("-")
+    return max(int(arg), first) if name == "adaptive-sc" else first
+
+
 # An answer no sample can share (the draw that might come next): a rule reading it would have to go on
 _UNSEEN = Samples((None,), (False,), (0,), (None,))
 

@@ -82,6 +82,9 @@ class Completion:
     # Where the completion came from when not the backend's own model: e.g. "bank:<shelf>#<index>" (a replayed
     # real sample) or a live model's id behind a bank world; None = the backend's model generated it.
     source: str | None = None
+    # A program-of-thought reply's sandbox run as stored with it (`dear.debate.pot.PotRun.to_dict()`): a bank replays
+    # the run its sample was graded by, so the program is not run again; None = run it (or not a `pot` reply).
+    program: dict[str, Any] | None = None
 
     def __post_init__(self):
         if isinstance(self.logprobs, dict):  # a response-cache entry (dataclasses.asdict) read back

@@ -158,3 +158,37 @@ def test_the_committed_bank_policy_debates_on_a_real_model_with_its_confidence(s
     sent = [t for turns in out.trace.rounds for t in turns if not t.silent]
     assert sent and all(t.confidence is not None and "missing" not in t.confidence for t in sent)
     assert not any(t.peers for t in sent)
+
+
+POT = ShelfKey("gsm8k", "test", "pot", 0.7, 0.9, 384)
+
+
+def two_mode_bank(tmp_path) -> Bank:
+    """`bank` plus a pot shelf whose samples carry their (stored) sandbox runs."""
+    b = bank(tmp_path)
+    shelf = b.shelf(POT)
+    for q in BANKED:
+        runs = [{"code": f"print({a})", "answer_text": a, "verdict": "ok", "stdout": f"{a}\n"} for a in ("7", "8")]
+        shelf.append([BankSample(q.id, i, 200 + i, f"```python\nprint({r['answer_text']})\n```", r["answer_text"],
+                                 r["answer_text"], False, "exact", 40, 10, "stop", _record(i), program=r)
+                      for i, r in enumerate(runs * 4)])
+    b.record(shelf, {})
+    return b
+
+
+def test_a_pool_that_mixes_modes_replays_each_agents_mode_and_observes_who_is_who(tmp_path):
+    e = DebateEnv(llm=BankBackend(two_mode_bank(tmp_path), "gsm8k", "test", profile=("cot", "pot")),
+                  encoder="hashing", questions=QUESTIONS, task="gsm8k", split="test", n_agents=3, n_rounds=2,
+                  actions="extended", decision="all-answers", start_width=1, turn_kinds=("keep", "fresh"),
+                  confidence_feature=True, max_tokens=384, agent_profiles=("cot", "pot", "cot"),
+                  shuffle_profiles=True, profile_feature=True)
+    seen = set()
+    for seed in range(6):
+        e.reset(seed=seed)
+        e.step(action(("fresh", "fresh", "fresh")))
+        for t in e.debate.voters("all-answers"):
+            shelf = t.source.partition(":")[2].rpartition("#")[0]
+            assert shelf == (POT.name if t.style == "pot" else KEY.name)  # each agent's own mode
+            assert (t.program is not None) == (t.style == "pot")
+            seen.add(t.style)
+    assert seen == {"cot", "pot"}

@@ -11,7 +11,8 @@ import torch
 
 from dear.policy import JointPolicy, PolicyConfig
 from eval import run as eval_run
-from eval.methods import METHODS, parse_methods, samples_needed
+from dear.debate.sampling_rules import samples_needed
+from eval.methods import METHODS, parse_methods
 from tests import ROOT
 
 ALL = ",".join(METHODS)

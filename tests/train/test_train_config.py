@@ -188,3 +188,12 @@ def test_backend_options_by_kind_follow_the_chosen_backend():
     with pytest.raises(ConfigError, match=r"llm.options mixes backend kinds \['local'\] with plain options "
                                           r"\['n_ctx'\]"):
         load_config("gsm8k-live", ["llm.options.n_ctx=2048"])
+
+
+def test_agent_profiles_take_compact_forms_and_a_bad_one_is_named_by_its_index(tmp_path):
+    cfg = load_config("gsm8k-modes")
+    assert [p.style for p in cfg.env.profiles(cfg.llm.backend_spec())] == ["cot", "pot", "cot"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"extends: {CONFIG_DIR / 'gsm8k-modes.yaml'}\nenv:\n  agent_profiles: [cot, 5, cot]\n")
+    with pytest.raises(ConfigError, match=r"key 'env.agent_profiles\[1\]': expected dict or str, got int 5"):
+        load_config(str(bad))

@@ -119,3 +119,58 @@ def test_the_live_model_extends_an_exhausted_question_and_the_bank_grows(tmp_pat
     grown = Bank.open(tmp_path).shelf(KEY).of(Q.id)
     assert [s.sample for s in grown] == [0, 1, 2] and grown[2].answer == "99"
     assert grown[2].confidence == {"missing": "live: none sent"} and Bank.open(tmp_path).verify() == []
+
+
+POT = ShelfKey("gsm8k", "test", "pot", 0.7, 0.9, 384)
+
+
+def _pot_run(printed: str) -> dict:
+    """A stored sandbox run that printed `printed` (its code prints something else: a replay must not run it)."""
+    return {"code": "print(-1)", "answer_text": printed, "verdict": "ok", "reason": "", "stdout": printed + "\n",
+            "stderr": "", "exit_status": 0, "wall_seconds": 0.05, "cpu_seconds": 0.02, "layers": ["static"]}
+
+
+def _mixed_bank(tmp_path) -> Bank:
+    bank = _bank(tmp_path, answers=["10", "11", "12", "13"])
+    shelf = bank.shelf(POT)
+    shelf.append([BankSample(Q.id, i, 100 + i, "```python\nprint(-1)\n```", a, a, a == Q.gold, "exact", 60, 15,
+                             "stop", None, program=_pot_run(a)) for i, a in enumerate(["20", "21", "22", "23"])])
+    bank.record(shelf, {})
+    return bank
+
+
+def test_a_pool_that_mixes_modes_replays_each_style_from_its_shelf_without_running_programs(tmp_path, monkeypatch):
+    from dear.debate import pot
+
+    def never(*_a, **_k):
+        raise AssertionError("a replayed program ran again")
+
+    monkeypatch.setattr(pot, "run_pot", never)
+    monkeypatch.setattr(pot, "pot_answer", never)
+    backend = BankBackend(_mixed_bank(tmp_path), "gsm8k", "test", profile="cot,pot")
+    cfg = DebateConfig(n_agents=3, n_rounds=0, agent_profiles=("cot", "pot", "cot"))
+    (d,) = DebateEngine(backend, cfg).run([Q], MajorityProtocol(), [5])
+    cot0, pot1, cot2 = d.trace.rounds[0]
+    assert cot0.source.startswith(f"bank:{KEY.name}#") and cot2.source.startswith(f"bank:{KEY.name}#")
+    assert pot1.source.startswith(f"bank:{POT.name}#") and cot0.source != cot2.source
+    index = int(pot1.source.rpartition("#")[2])
+    assert pot1.answer == str(20 + index) and pot1.program["stdout"] == f"{20 + index}\n"  # the stored run's answer
+    assert {cot0.answer, cot2.answer} <= {"10", "11", "12", "13"}
+
+
+def test_the_bank_stores_a_pot_samples_run_and_other_shelves_keep_their_form(tmp_path):
+    bank = _mixed_bank(tmp_path)
+    again = Bank.open(tmp_path)
+    assert again.shelf(POT).of(Q.id)[0].program == _pot_run("20")
+    assert again.shelf(KEY).of(Q.id)[0].program is None
+    assert "program" not in again.shelf(KEY).of(Q.id)[0].to_dict()
+    assert bank.verify() == []
+
+
+def test_a_style_the_bank_world_does_not_serve_is_a_clear_error(tmp_path):
+    backend = BankBackend(_mixed_bank(tmp_path), "gsm8k", "test")  # cot only
+    cfg = DebateConfig(n_agents=2, n_rounds=0, agent_profiles=("cot", "pot"))
+    (d,) = DebateEngine(backend, cfg).run([Q], MajorityProtocol(), [5])
+    assert d.trace.failed and "serves profiles cot; a 'pot' agent asked" in d.trace.error
+    with pytest.raises(BackendError, match="no shelf of gsm8k/test/direct"):
+        BankBackend(_mixed_bank(tmp_path / "b"), "gsm8k", "test", profile=("cot", "direct"))

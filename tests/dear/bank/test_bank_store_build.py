@@ -79,3 +79,40 @@ def test_the_command_builds_shows_and_verifies(tmp_path, capsys):
     assert "| gsm8k-test-cot-t0.7-p0.9-m8 | 0.7 | 0.9 | 1 | 2 |" in capsys.readouterr().out
     assert bank_main(["verify", "--bank", str(tmp_path)]) == 0
     assert "every shelf matches" in capsys.readouterr().out
+
+
+class _Programmer:
+    """A test double that answers every request with one program (the sandbox that runs it is the real one)."""
+
+    model_id = "programmer"
+    context_length = None
+
+    def generate(self, requests):
+        from dear.llm.base import Completion
+
+        return [Completion("```python\nprint(6 * 7)\n```", 30, 12, "stop", 0.0) for _ in requests]
+
+    def close(self):
+        pass
+
+
+def test_a_pot_shelf_stores_each_programs_sandbox_run(tmp_path):
+    from dear.bank.backend import BankBackend
+    from dear.debate.engine import DebateConfig, DebateEngine
+    from dear.debate.protocols import MajorityProtocol
+    from dear.llm.base import Backend
+
+    key = ShelfKey("gsm8k", "test", "pot", 0.7, 0.9, 64)
+    bank = Bank.open(tmp_path, "m.gguf", "0" * 64)
+    backend = type("Programmer", (_Programmer, Backend), {})()
+    assert build(bank, BuildPlan(key, n=1, samples=2, top_logprobs=0), backend, progress=False) == 1
+    (q,) = tasks.load("gsm8k", "test", n=1, seed=0)
+    stored = Bank.open(tmp_path).shelf(key).of(q.id)
+    assert [s.answer for s in stored] == ["42", "42"]
+    assert all(s.program["verdict"] == "ok" and s.program["stdout"] == "42\n" for s in stored)
+    # replayed as a pot agent's turn, the stored run is read (no program runs: the answer is the stored one)
+    cfg = DebateConfig(n_agents=2, n_rounds=0, agent_profiles=("pot", "pot"))
+    (d,) = DebateEngine(BankBackend(Bank.open(tmp_path), "gsm8k", "test", profile="pot"), cfg).run(
+        [q], MajorityProtocol(), [default_debate_seed(q)])
+    for t in d.trace.rounds[0]:  # each turn's run is its stored sample's (wall times differ from run to run)
+        assert t.program == stored[int(t.source.rpartition("#")[2])].program

@@ -132,3 +132,12 @@ def test_the_confidence_rules_run_live_on_a_real_model(smoke_backend):
             assert d.trace.decision == "confidence-weighted" and d.trace.vote_tau == params.tau
             assert voters and all(R.turn_confidence(t) is not None for t in voters), rule
             assert d.n_samples == R.samples_used(R.Samples.of_turns(voters), rule, 3, params)
+
+
+def test_samples_needed_is_the_start_and_the_agreement_a_rule_waits_for():
+    from dear.debate.sampling_rules import samples_needed
+
+    assert [samples_needed(r) for r in ("cot", "sc-9", "cisc-3", "esc-2", "adaptive-sc-2", "adaptive-sc-4",
+                                        "adaptive-sc-3-from-1", "adaptive-sc-2-from-3", "confident-stop")] == \
+        [1, 9, 3, 2, 3, 4, 3, 3, 2]
+    assert samples_needed("adaptive-sc-2", start=1) == 2
