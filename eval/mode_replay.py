@@ -12,7 +12,7 @@ stored sandbox run is read.
    sample, the no-answer rate, and for `pot` how the sandbox ended the programs (verdicts).
 2. **How their errors differ**: the correlation of the modes' per-question accuracies; how often one mode's
    majority (SC over `--width`) is right where the other's is wrong; and how often a wrong answer of one mode equals
-   a wrong answer of the other (paired sample positions).
+   a wrong answer of the other (paired sample positions), beside how often two wrong answers of one mode are equal.
 3. **Rules**: each mode's sampling rules, and fixed mixing rules (a schedule of modes read by a sampling rule,
    `dear.debate.mode_mixing`), each averaged over the same `--orders` seeded orders of each mode's samples, with
    a paired bootstrap 95 % CI of its difference to the better single-mode adaptive SC from 2 (accuracy).
@@ -131,10 +131,18 @@ def differences(a: ModeShelf, b: ModeShelf) -> dict:
     wrong_pairs = [(x, y) for q in qs for x, y in zip(a.samples[q], b.samples[q])
                    if not x.correct and not y.correct and x.answer_key is not None and y.answer_key is not None]
     same_wrong = [x.answer_key == y.answer_key for x, y in wrong_pairs]
-    return {"n": len(qs), "correlation": float(np.corrcoef(acc_a, acc_b)[0, 1]) if len(qs) > 2 else float("nan"),
+    within = {m.mode: same_wrong_within(m) for m in (a, b)}
+    return {"within": within, "n": len(qs), "correlation": float(np.corrcoef(acc_a, acc_b)[0, 1]) if len(qs) > 2 else float("nan"),
             "both": sum(x and y for x, y in right), "only_a": sum(x and not y for x, y in right),
             "only_b": sum(y and not x for x, y in right), "neither": sum(not x and not y for x, y in right),
             "wrong_pairs": len(wrong_pairs), "same_wrong": float(np.mean(same_wrong)) if same_wrong else float("nan")}
+
+
+def same_wrong_within(shelf: ModeShelf) -> float:
+    """How often two wrong answers of one mode to the same question are equal (pairs of distinct samples)."""
+    equal = [x.answer_key == y.answer_key for v in shelf.samples.values() for i, x in enumerate(v) for y in v[i + 1:]
+             if not x.correct and not y.correct and x.answer_key is not None and y.answer_key is not None]
+    return float(np.mean(equal)) if equal else float("nan")
 
 
 # ---------------------------------------------------------------- rules
@@ -145,13 +153,13 @@ def rule_specs(modes: Sequence[str], width: int, tau: float) -> list[Rule]:
     for m, name in enumerate(modes):
         rows += [Rule(f"{name}: single sample (mean over positions)", "cot", (m,)),
                  *(Rule(f"{name}: SC-{k}", f"sc-{k}", (m,)) for k in sorted({3, width})),
-                 Rule(f"{name}: adaptive SC from 1 until 2", "adaptive-sc-2-from-1", (m,)),
                  Rule(f"{name}: adaptive SC from 2 until 2", "adaptive-sc-2-from-2", (m,)),
+                 Rule(f"{name}: adaptive SC from 3 until 3", "adaptive-sc-3-from-3", (m,)),
                  Rule(f"{name}: CISC-3", "cisc-3", (m,), params=cisc)]
     for schedule in SCHEDULES:
         shown = ", ".join(modes[i] for i in pattern(schedule, 3)) + ", ..."
-        rows += [Rule(f"{shown}: adaptive SC from 1 until 2", "adaptive-sc-2-from-1", (0, 1), schedule),
-                 Rule(f"{shown}: adaptive SC from 2 until 2", "adaptive-sc-2-from-2", (0, 1), schedule)]
+        rows += [Rule(f"{shown}: adaptive SC from 2 until 2", "adaptive-sc-2-from-2", (0, 1), schedule),
+                 Rule(f"{shown}: adaptive SC from 3 until 3", "adaptive-sc-3-from-3", (0, 1), schedule)]
     rows += [Rule(f"{', '.join(modes[i] for i in pattern('alternate', 3))}: CISC-3", "cisc-3", (0, 1), "alternate",
                   cisc),
              Rule(f"both modes: SC-{2 * width}", f"sc-{2 * width}", (0, 1), "alternate")]
@@ -231,7 +239,9 @@ def mode_lines(r: Report) -> list[str]:
               f"- the SC-{r.width} majority is right in both modes on {d['both']}, only with {ma} on {d['only_a']}, "
               f"only with {mb} on {d['only_b']}, in neither on {d['neither']} questions;",
               f"- where samples of the same position are both wrong with an answer ({d['wrong_pairs']} pairs), the "
-              f"two wrong answers are equal {_pct(d['same_wrong'])} % of the time.", ""]
+              f"two wrong answers are equal {_pct(d['same_wrong'])} % of the time; two wrong answers of one mode "
+              f"to the same question are equal " + " and ".join(f"{_pct(v)} % ({m})" for m, v in d["within"].items())
+              + " of the time.", ""]
     return lines
 
 
@@ -256,6 +266,8 @@ def markdown(r: Report) -> str:
         lines.append(f"| {res.spec.label} | `{res.spec.rule}` | {_pct(res.accuracy)} | {_pct(d.mean, True)} "
                      f"[{_pct(d.low, True)}, {_pct(d.high, True)}] | {res.tokens:.0f} | {res.used:.2f} | "
                      f"{'yes' if front else ''} |")
+    lines += ["", "Adaptive SC from 1 until 2 makes the decisions of adaptive SC from 2 until 2 (no stop is possible "
+              "before 2 samples), so it has no row of its own."]
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,8 @@ def test_the_report_end_to_end(tmp_path):
     assert "| cot | 55.6 [" in text and "| pot | 55.6 [" in text and "| 11.1 | ok 88.9 %, timeout 11.1 % |" in text
     # majorities: cot right on q0, pot right on q0 and q1 -> both 1, only cot 0, only pot 1, neither 1 (q2)
     assert "right in both modes on 1, only with cot on 0, only with pot on 1, in neither on 1" in text
+    # wrong pairs within a mode: cot (7, 7) on q1 and (3, 3) on q2 -> 100 %; pot q2 (4, 3, 4) -> 1 of 3 pairs
+    assert "are equal 100.0 % (cot) and 33.3 % (pot) of the time" in text
     rows = list(csv.DictReader((out / "summary.csv").open()))
     by = {r["label"]: r for r in rows}
     assert float(by["cot: single sample (mean over positions)"]["accuracy"]) == pytest.approx(5 / 9)
