@@ -10,7 +10,7 @@ so plain ML can push a logit to its bound (an unseen event called impossible); t
 ridge-penalised likelihood whose strength λ is chosen by `--cv-folds`-fold cross-validation by question on the
 training part among `--ridge-grid` (λ = 0, plain ML, is a candidate and wins ties). The report scores every λ
 on the held-out parts too. Completion length
-(words_base, words_per_temp) is the least-squares fit of completion tokens on temperature; the token counters
+(words_base, words_per_temp, words_sd) is the least-squares fit of completion tokens on temperature; the token counters
 (prompt_chars_per_token, text_chars_per_token) are ratios of sums over the training turns, so a sim text counts
 in a later prompt about what a real completion of its length counts.
 
@@ -212,7 +212,8 @@ def run(corpus_dir: str | Path, out: str | Path, holdout: float, seed: int, sim_
     words = mle.fit_words(length_turns(train_tr))
     fitted = fit.params
     if words.get("identified") and words["words_base"] > 0 and words["words_per_temp"] >= 0:
-        fitted = replace(fitted, words_base=words["words_base"], words_per_temp=words["words_per_temp"])
+        fitted = replace(fitted, words_base=words["words_base"], words_per_temp=words["words_per_temp"],
+                         words_sd=words["resid_sd"])
         if words.get("slope_at_bound"):
             fit.why_not["words_per_temp"] = (
                 f"the length did not grow with temperature (unconstrained slope {words['unconstrained_per_temp']:.1f}"

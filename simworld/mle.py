@@ -6,7 +6,6 @@ an identification report and an optional ridge penalty (its strength chosen by c
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from scipy.optimize import minimize
 
 from dear.metrics import Ratio
 from dear.sim.likelihood import FitData, likelihood_parts
-from dear.sim.model import N_DISTRACTORS, kappa_of, sigmoid
+from dear.sim.model import kappa_of, sigmoid, wrong_label_probs
 from dear.sim.params import SimParams
 from dear.sim.records import DebateRecord, transitions
 from dear.sim.text import TEXT_OVERHEAD_TOKENS
@@ -89,9 +88,18 @@ def logit_scalar(x: float) -> float:
 
 def wrong_pair_agreement(records: Sequence[DebateRecord]) -> Ratio:
     """How often two wrong round-0 answers to the same question are the same answer (no-answer = unique)."""
+    return wrong_pairs_same(round0_wrong_answers(records))
+
+
+def round0_wrong_answers(records: Sequence[DebateRecord]) -> list[list[str | None]]:
+    """Per record: the answers of its wrong round-0 turns (None = no answer)."""
+    return [[t.answer for t in rec.rounds[0] if not t.correct] for rec in records]
+
+
+def wrong_pairs_same(wrong_answers: Sequence[Sequence[str | None]]) -> Ratio:
+    """Over every question's pairs of wrong answers: how many are the same answer (a missing answer is unique)."""
     k = n = 0
-    for rec in records:
-        wrong = [t.answer for t in rec.rounds[0] if not t.correct]
+    for wrong in wrong_answers:
         for i in range(len(wrong)):
             for j in range(i + 1, len(wrong)):
                 n += 1
@@ -99,11 +107,11 @@ def wrong_pair_agreement(records: Sequence[DebateRecord]) -> Ratio:
     return Ratio(k, n)
 
 
-def _wrong_signatures(records: Sequence[DebateRecord]) -> list[tuple[int, ...]]:
-    """Per question: the block sizes of its round-0 wrong answers grouped by equal answer (None = its own block)."""
+def wrong_signatures(wrong_answers: Sequence[Sequence[str | None]]) -> list[tuple[int, ...]]:
+    """Per question with at least two wrong answers: the block sizes of its wrong answers grouped by equal answer
+    (None = its own block), largest first."""
     out = []
-    for rec in records:
-        wrong = [t.answer for t in rec.rounds[0] if not t.correct]
+    for wrong in wrong_answers:
         if len(wrong) < 2:
             continue
         counts = Counter(a for a in wrong if a is not None)
@@ -113,21 +121,38 @@ def _wrong_signatures(records: Sequence[DebateRecord]) -> list[tuple[int, ...]]:
 
 def _signature_probs(u: float, lam: float, m: int) -> dict[tuple[int, ...], float]:
     """P(block sizes) of m independent wrong draws: unique w.p. u, else distractor i w.p. softmax(−λ·i)."""
-    w = np.exp(-lam * np.arange(N_DISTRACTORS))
-    probs = np.concatenate([[u], (1 - u) * w / w.sum()])  # label 0 = idiosyncratic
+    return signature_probs(wrong_label_probs(replace(SimParams(), p_unique_wrong=u, distractor_decay=lam)), m)
+
+
+def signature_probs(probs: np.ndarray, m: int) -> dict[tuple[int, ...], float]:
+    """P(block sizes) of m independent draws over labels with probabilities `probs` (label 0: each draw its own
+    block). Sums the multinomial over how many draws land on each label (C(m + L − 1, L − 1) terms, not L^m)."""
     out: dict[tuple[int, ...], float] = {}
-    for labels in itertools.product(range(len(probs)), repeat=m):
-        counts = Counter(x for x in labels if x > 0)
-        sig = tuple(sorted(list(counts.values()) + [1] * labels.count(0), reverse=True))
-        out[sig] = out.get(sig, 0.0) + float(np.prod(probs[list(labels)]))
+    for counts in _compositions(m, len(probs)):
+        ways = math.factorial(m) / math.prod(math.factorial(c) for c in counts)
+        sig = tuple(sorted([c for c in counts[1:] if c > 0] + [1] * counts[0], reverse=True))
+        out[sig] = out.get(sig, 0.0) + ways * float(np.prod(probs ** np.array(counts)))
     return out
 
 
+def _compositions(m: int, parts: int) -> list[tuple[int, ...]]:
+    """Every tuple of `parts` non-negative integers summing to m."""
+    if parts == 1:
+        return [(m,)]
+    return [(first, *rest) for first in range(m + 1) for rest in _compositions(m - first, parts - 1)]
+
+
 def fit_wrong_answers(records: Sequence[DebateRecord], base: SimParams) -> tuple[SimParams, dict[str, Any]]:
-    """u (p_unique_wrong) and λ (distractor_decay) by maximum likelihood of how round-0 wrong answers to the same
-    question coincide (pairs and triples). Pairs alone identify only κ = (1 − u)²·Σw²; triples separate u and λ."""
-    sigs = _wrong_signatures(records)
-    agreement = wrong_pair_agreement(records)
+    """u (p_unique_wrong) and λ (distractor_decay) from the records' round-0 wrong answers (`fit_wrong_signatures`)."""
+    return fit_wrong_signatures(round0_wrong_answers(records), base)
+
+
+def fit_wrong_signatures(wrong_answers: Sequence[Sequence[str | None]], base: SimParams
+                         ) -> tuple[SimParams, dict[str, Any]]:
+    """u (p_unique_wrong) and λ (distractor_decay) by maximum likelihood of how each question's wrong answers coincide
+    (pairs and triples and beyond). Pairs alone identify only κ = (1 − u)²·Σw²; larger groups separate u and λ."""
+    sigs = wrong_signatures(wrong_answers)
+    agreement = wrong_pairs_same(wrong_answers)
     info: dict[str, Any] = {"wrong_pair_agreement": [agreement.num, agreement.den], "wrong_answer_questions": len(sigs)}
     if not sigs:
         info.update(kappa=None, wrong_answers_identified=False)

@@ -18,7 +18,7 @@ from dear.debate.protocols import MADProtocol
 from dear.debate.trace import DebateTrace
 from dear.sim.backend import SimBackend
 from dear.sim.likelihood import DELTA, FitData, likelihood_parts, round0_loglik_grid, transition_outcomes
-from dear.sim.model import N_DISTRACTORS, difficulty_logit, distractor_weights, excess, kappa_of, sigmoid
+from dear.sim.model import difficulty_logit, excess, kappa_of, sigmoid, wrong_label_probs
 from dear.sim.params import SimParams
 from dear.sim.records import Transition
 from dear.tasks.synthetic import load_synthetic
@@ -92,8 +92,8 @@ def round0_predictions(p: SimParams, data: FitData) -> tuple[float, float]:
     pc, present = _round0_correct(p, data)
     V = data.round0.n_agents
     acc = float(pc.mean(2)[present].mean())
-    w = distractor_weights(p, N_DISTRACTORS)
-    same_wrong = (1 - p.p_unique_wrong) ** V * float((w**V).sum())
+    same_wrong = ((1 - p.trap_share) * float((wrong_label_probs(p)[1:] ** V).sum())
+                  + p.trap_share * float((wrong_label_probs(p, trap=True)[1:] ** V).sum()))
     unan = (np.prod(pc, 1) + np.prod(1 - pc, 1) * same_wrong).mean(1)
     return acc, float(unan.mean())
 

@@ -29,7 +29,11 @@ independent sample from the question alone in a later round), without the re-sol
 
 A wrong draw is the question's i-th distractor with probability (1 − u)·softmax(−λ·i) (λ =
 ``distractor_decay``: the first distractor is the popular mistake, so wrong majorities form), or with
-probability u (``p_unique_wrong``) an idiosyncratic wrong number nobody else is likely to give.
+probability u (``p_unique_wrong``) an idiosyncratic wrong number nobody else is likely to give. A question
+is a trap with probability σ(logit(π) + γ·(d − c)) (π = ``trap_share``, γ = ``trap_slope``; drawn once per
+question): there a wrong draw first goes to the first distractor (the question's popular mistake) with probability
+ρ (``trap_pull``), so some questions, mostly hard ones when γ > 0, gather a wrong majority while others scatter
+their wrong answers, as real ones do (π = 0: no traps).
 
 Round r ≥ 1. Let n_agr / n_dis be how many of the peers shown in the prompt (``peer_answers``; peers without an
 answer are ignored) share / do not share the agent's previous answer. The agent *moves* with probability
@@ -55,7 +59,7 @@ Text
 from a vocabulary derived deterministically from the answer X (stable hash), plus topic words of the question
 (shared by everyone) and noise words from the agent's style and the sampling (more at higher T), so embeddings
 of agents with the same answer are much closer than of agents with different answers. Length in words grows
-with T (``words_base + words_per_temp·T``, ≈ 60–150). Token counters: prompt_tokens = characters of all messages
+with T (``words_base + words_per_temp·T``, ≈ 60–150, normal with sd ``words_sd``, clipped to 30–400). Token counters: prompt_tokens = characters of all messages
 / ``prompt_chars_per_token`` (4 by default); with ``text_chars_per_token`` = 0 (default) completion_tokens is the
 word count, with c > 0 (the fit's value) a completion of n tokens is written about n·c characters long, so a sim
 text counts in a later prompt what a real completion of its length counts. A completion longer than the request's ``max_tokens`` is cut there with

@@ -20,7 +20,7 @@ import numpy as np
 from dear.llm.base import Backend, ChatRequest, Completion, count_generated
 from dear.sim.bank import TextBank
 from dear.sim.confidence import confidence_record, draw_mean_logprob, question_effect
-from dear.sim.model import difficulty_logit, distractor_weights, excess, p_correct, p_move
+from dear.sim.model import trap_probability, difficulty_logit, distractor_weights, excess, p_correct, p_move
 from dear.sim.params import LOG_PREFIX, SIM_MODEL_ID, SimParams
 from dear.sim.text import PSEUDO_WORD_CHARS, TEXT_OVERHEAD_TOKENS, body_words, canon_answer, stable_int, words_for
 from dear.synthetic_header import SyntheticHeader, parse_header
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 _FAIL_TAG = 0xFA11  # separates the failure draw's seed from the answer draws' seed
 _CONFIDENCE_TAG = 0xC0F1  # ... and the confidence draw's
+_TRAP_TAG = 0x7A9  # ... and whether a question is a trap
 # Reply styles (request metadata "style", dear.debate.prompts.STYLES) whose agents write the final answer line alone.
 ANSWER_ONLY_STYLES = ("direct",)
 
@@ -191,6 +192,8 @@ class SimBackend(Backend):
         p = self.params
         if rng.random() < float(p_correct(p, skill, d, x, resolve)):
             return canon_answer(h.answer)
+        if h.distractors and p.trap_share > 0 and self._is_trap(h, d) and rng.random() < p.trap_pull:
+            return canon_answer(h.distractors[0])  # the question's popular mistake
         if not h.distractors or rng.random() < p.p_unique_wrong:
             gold = int(canon_answer(h.answer))
             while True:  # an idiosyncratic wrong number
@@ -199,6 +202,12 @@ class SimBackend(Backend):
                     return str(v)
         w = distractor_weights(p, len(h.distractors))
         return canon_answer(h.distractors[int(rng.choice(len(w), p=w))])
+
+    def _is_trap(self, h: SyntheticHeader, d: float) -> bool:
+        """Whether the question (difficulty logit d) is a trap (`trap_probability`), from a generator seeded by the
+        question alone, so all its samples agree on it."""
+        return bool(np.random.default_rng([self.seed & 0xFFFFFFFF, stable_int(h.id), _TRAP_TAG]).random()
+                    < float(trap_probability(self.params, d)))
 
     def _decide(self, req: ChatRequest, rng, h: SyntheticHeader) -> tuple[TurnDecision, int, float]:
         p = self.params
@@ -243,7 +252,7 @@ class SimBackend(Backend):
         if (req.metadata or {}).get("style") in ANSWER_ONLY_STYLES:
             return self._answer_line(dec.answer, req.max_tokens)
         temp = max(0.0, float(req.temperature))
-        n = int(np.clip(round(p.words_base + p.words_per_temp * temp + rng.normal(0.0, 6.0)), 30, 400))
+        n = int(np.clip(round(p.words_base + p.words_per_temp * temp + rng.normal(0.0, p.words_sd)), 30, 400))
         answer_words = words_for("answer", dec.answer, 16)
         conclusion = f"The answer is {dec.answer}, by the {answer_words[0]} {answer_words[1]} step."
         final = f"\\boxed{{{dec.answer}}}"

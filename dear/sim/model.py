@@ -53,6 +53,27 @@ def distractor_weights(p: SimParams, n: int) -> np.ndarray:
     return w / w.sum()
 
 
+def wrong_label_probs(p: SimParams, trap: bool = False) -> np.ndarray:
+    """P(a wrong draw is idiosyncratic (label 0) or distractor i (label i + 1)): on a trap question the first
+    distractor first takes a share ρ, then u and softmax(−λ·i) split the rest."""
+    probs = np.concatenate([[p.p_unique_wrong], (1 - p.p_unique_wrong) * distractor_weights(p, N_DISTRACTORS)])
+    if trap:
+        probs = (1 - p.trap_pull) * probs
+        probs[1] += p.trap_pull
+    return probs
+
+
+def trap_probability(p: SimParams, d):
+    """P(a question of difficulty logit d is a trap) = σ(logit(π) + γ·(d − c)); 0 without traps (π = 0)."""
+    if p.trap_share <= 0:
+        return np.zeros_like(np.asarray(d, dtype=np.float64))
+    return sigmoid(logit(p.trap_share) + p.trap_slope * (np.asarray(d, dtype=np.float64) - p.difficulty_center))
+
+
 def kappa_of(p: SimParams) -> float:
-    """P(two independent wrong draws give the same answer) = (1 − u)²·Σ w_i²."""
-    return (1 - p.p_unique_wrong) ** 2 * float((distractor_weights(p, N_DISTRACTORS) ** 2).sum())
+    """P(two independent wrong draws to one question give the same answer), averaged over questions (δ uniform):
+    Σ_{i≥1} P(i)², which is (1 − u)²·Σ w_i² without traps."""
+    plain = float((wrong_label_probs(p)[1:] ** 2).sum())
+    trapped = float((wrong_label_probs(p, trap=True)[1:] ** 2).sum())
+    share = float(np.mean(trap_probability(p, difficulty_logit(p, (np.arange(64) + 0.5) / 64))))
+    return (1 - share) * plain + share * trapped

@@ -29,6 +29,12 @@ class SimParams:
     top_p_weight: float = 0.5  # w_p
     distractor_decay: float = 1.5  # λ
     p_unique_wrong: float = 0.08  # u
+    # traps: a question (drawn per question) is a trap with probability σ(logit(π) + γ·(d − c)), d its difficulty
+    # logit: it has a popular mistake that takes a wrong draw with probability ρ before u and λ act; π = 0: no traps
+    # (the worlds fitted before them)
+    trap_share: float = 0.0  # π, at the centre difficulty d = c
+    trap_slope: float = 0.0  # γ: harder questions are traps more often when > 0
+    trap_pull: float = 0.0  # ρ
     # rounds >= 1
     self_revise_bias: float = -3.5  # s0
     self_revise_temp: float = 1.5  # s1
@@ -41,6 +47,7 @@ class SimParams:
     # text
     words_base: float = 55.0
     words_per_temp: float = 70.0
+    words_sd: float = 6.0  # spread of the body's length around words_base + words_per_temp·T
     # token counting (the fit takes both from the corpus; the defaults are the stylised world's)
     prompt_chars_per_token: float = 4.0  # prompt_tokens = characters of all messages / this
     text_chars_per_token: float = 0.0  # 0: one pseudo-word per completion token; > 0: n tokens are n·c characters
@@ -71,7 +78,7 @@ class SimParams:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"SimParams.{f.name} must be a finite number, got {v!r}")
             setattr(self, f.name, float(v))
-        for name in ("p_unique_wrong", "p_resolve", "bank_sentence_keep", "bank_sentence_mix"):
+        for name in ("p_unique_wrong", "trap_share", "trap_pull", "p_resolve", "bank_sentence_keep", "bank_sentence_mix"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("difficulty_scale", "words_base", "prompt_chars_per_token"):
@@ -80,7 +87,7 @@ class SimParams:
         if (self.confidence_sd_correct > 0) != (self.confidence_sd_wrong > 0):
             raise ValueError("SimParams: confidence_sd_correct and confidence_sd_wrong are both > 0 (a confidence "
                              "model) or both 0 (none)")
-        for name in ("words_per_temp", "text_chars_per_token", "confidence_sd_correct", "confidence_sd_wrong",
+        for name in ("words_per_temp", "words_sd", "text_chars_per_token", "confidence_sd_correct", "confidence_sd_wrong",
                      "confidence_sd_question"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
