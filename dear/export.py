@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 
 import dear
 from dear.cli import run as run_cli
+from dear.debate.engine import DebateConfig
 from dear.debate.profiles import as_profiles, feature_vocabulary
 from dear.integrity import (
     IntegrityError,
@@ -111,6 +112,16 @@ class ExportedPolicy:
     def decision(self) -> str:
         """The final vote's rule the policy was trained with (last-round for exports from before the setting)."""
         return str(self.manifest.get("training", {}).get("decision") or "last-round")
+
+    @property
+    def vote_tau(self) -> float:
+        """The confidence-weighted vote's softmax temperature it was trained with (the engine's default otherwise)."""
+        return float(self.manifest.get("training", {}).get("vote_tau") or DebateConfig.vote_tau)
+
+    @property
+    def reads_confidence(self) -> bool:
+        """Whether its debates need the samples' log-probabilities: it observes confidence or its vote weighs by it."""
+        return bool(self.policy.config.confidence_feature) or self.decision == "confidence-weighted"
 
 
 def choose_encoder(trained: str, requested: str | None = None, allow_mismatch: bool = False) -> str:
@@ -365,6 +376,8 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
                 "layout": env.get("layout"),  # None: a run from before the layout setting
                 "silent": bool(env.get("silent", False)), "answer_aware": float(env.get("answer_aware", 0.0)),
                 "decision": env.get("decision", "last-round"),
+                **({"vote_tau": float(env.get("vote_tau", DebateConfig.vote_tau))}
+                   if env.get("decision") == "confidence-weighted" else {}),
                 "start_width": env.get("start_width"),  # None: every agent answers in round 0
                 "sim_params": _sim_params_setting(llm) if synthetic else None}
     return export_policy(policy, out_dir, encoder, training, force=force)

@@ -106,10 +106,12 @@ class RegulatedDebater:
                                    n_rounds=int(n_rounds if n_rounds is not None else self.exported.n_rounds or 2),
                                    temperature0=temperature, top_p0=top_p, max_tokens=max_tokens, seed=seed,
                                    silent=self.exported.silent, decision=self.exported.decision,
+                                   vote_tau=self.exported.vote_tau,
                                    agent_profiles=profiles, sandbox_limits=sandbox_limits,
                                    show_programs=show_programs,
-                                   # a policy that observes the agents' confidence needs their log-probabilities
-                                   logprobs=TOP_LOGPROBS if self.exported.policy.config.confidence_feature else None,
+                                   # a policy that observes the agents' confidence (or votes by it) needs their
+                                   # log-probabilities
+                                   logprobs=TOP_LOGPROBS if self.exported.reads_confidence else None,
                                    start_width=self.exported.start_width)
         refuse_pot_on_sim(profiles, llm, key)  # before the encoder and the backends load
         # a policy with the profile feature checks the pool now, before a backend loads (RegulatedProtocol)

@@ -24,8 +24,10 @@ Action (Dict):
 Which turns are real: with a `bank` backend round 0 and fresh turns replay the model's stored samples (each turn's
 `source` names its shelf and index, its T / top-p snapped to the bank's grid); other turns are live or simulated
 as the backend says (`info["synthetic"]`).
-`decision` picks the final vote's answers: the last round's (the paper's), every sample (all-answers), or every
-sample weighted by its agent's certainty 1 - u_i (belief-weighted, dear.regulator.CertaintyWeigher).
+`decision` picks the final vote's answers: the last round's (the paper's), every sample (all-answers), every
+sample weighted by its agent's certainty 1 - u_i (belief-weighted, dear.regulator.CertaintyWeigher), or every sample
+weighted by its own confidence (confidence-weighted: CISC's softmax of mean token log-probabilities at temperature
+`vote_tau`; the calls then ask for log-probabilities).
 Reward (envs/reward.py): 0 on intermediate steps (unless `shaping=True`); terminal
     score(plurality answer) - token_cost * (all prompt + completion tokens of the debate) / 1000,
 where the score is 1 when the plurality answer is correct and 1/k for a k-way tie holding the correct answer
@@ -98,6 +100,7 @@ class DebateEnvConfig:
     # "paper": the action is pairs + (T, top-p); "extended" adds a turn kind per agent and a stop (module docstring)
     actions: str = "paper"
     decision: str = "last-round"  # the final vote's rule (dear.debate.engine.DECISIONS)
+    vote_tau: float = DebateConfig.vote_tau  # the confidence-weighted vote's softmax temperature (CISC's tau)
     seed: int = 0  # seeds question loading and the engine's per-request seeds
     # Per-agent reply style and token limit (dear/debate/profiles.py), one per agent; None = the paper's agents.
     # Every agent runs on the env's one backend (`llm`), so a profile names no backend here.
@@ -124,6 +127,12 @@ class DebateEnvConfig:
     # samples per question, so a long horizon never asks for a sample the bank does not hold
     max_samples: int | None = None
 
+    @property
+    def reads_confidence(self) -> bool:
+        """Whether the world needs the samples' log-probabilities: the policy observes confidence or the vote
+        weighs by it."""
+        return bool(self.confidence_feature) or self.decision == "confidence-weighted"
+
     def __post_init__(self):
         if self.n_agents < 2:
             raise ValueError(f"n_agents must be >= 2, got {self.n_agents}")
@@ -145,6 +154,8 @@ class DebateEnvConfig:
             raise ValueError(f"actions must be paper|extended, got {self.actions!r}")
         if self.decision not in DECISIONS:
             raise ValueError(f"decision must be one of {list(DECISIONS)}, got {self.decision!r}")
+        if isinstance(self.vote_tau, bool) or not isinstance(self.vote_tau, (int, float)) or not self.vote_tau > 0:
+            raise ValueError(f"vote_tau must be a number > 0, got {self.vote_tau!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if isinstance(self.answer_aware, bool) or not 0.0 <= float(self.answer_aware) <= 1.0:
@@ -287,7 +298,8 @@ class DebateCore:
                 agent_profiles=cfg.agent_profiles,
                 start_width=cfg.start_width,
                 max_samples=cfg.max_samples,
-                logprobs=TOP_LOGPROBS if cfg.confidence_feature else None,
+                vote_tau=cfg.vote_tau,
+                logprobs=TOP_LOGPROBS if cfg.reads_confidence else None,
             ),
             weigher=CertaintyWeigher(self.encoder, cfg.answer_aware),
         )

@@ -105,6 +105,12 @@ class Checkpoint:
     answer_aware: float = 0.0  # the evidence it was trained on (0: the paper's e_ij)
     silent: bool = False  # trained with silent turns (an agent that reads nobody makes no call)
     decision: str = "last-round"  # the final vote it was trained with (dear.debate.engine.DECISIONS)
+    vote_tau: float = DebateConfig.vote_tau  # ... and a confidence-weighted vote's softmax temperature
+
+    @property
+    def reads_confidence(self) -> bool:
+        """Its debates need the samples' log-probabilities: it observes confidence or its vote weighs by it."""
+        return bool(self.policy_config.confidence_feature) or self.decision == "confidence-weighted"
 
     def label(self, spec: MethodSpec) -> str:
         """A DEAR method's label with the policy's training world, e.g. "DEAR (sim-trained)"."""
@@ -178,6 +184,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                    + (f" (iteration {training['iteration']})" if training.get("iteration") is not None else ""),
         synthetic=exported.synthetic, world=training_world(training), sha256=_weights_sha256(path),
         answer_aware=exported.answer_aware, silent=exported.silent, decision=exported.decision,
+        vote_tau=exported.vote_tau,
     )
 
 
@@ -340,7 +347,7 @@ def build(spec: MethodSpec, base: DebateConfig, sc_samples: int, ckpt: Checkpoin
 
     # The policy runs in the debates it was trained in: silent turns, and the final vote (an extended policy's
     # stop reads the vote's features, so they must be the rule's) as dear.infer runs them.
-    base = replace(base, silent=ckpt.silent, decision=ckpt.decision)
+    base = replace(base, silent=ckpt.silent, decision=ckpt.decision, vote_tau=ckpt.vote_tau)
     proto_r = RegulatedProtocol(policy=ckpt.policy(spec, seed=seed), encoder=encoder, config=base,
                                 deterministic=deterministic, name=spec.name, answer_aware=ckpt.answer_aware)
     if spec.selection_mode == "random":

@@ -387,7 +387,7 @@ def settings_from_args(a: argparse.Namespace, ckpt: M.Checkpoint | None,
     rule_params = str(Path(a.rule_params or DEFAULT_RULE_PARAMS).resolve()) if confidence_rules else None
     if rule_params:
         FittedParams.load(rule_params)  # a clear error before any model loads
-    observes = ckpt is not None and ckpt.policy_config.confidence_feature
+    observes = ckpt is not None and ckpt.reads_confidence
     out = a.out or default_out(benchmarks, a.n, a.seed)
     opts: dict[str, Any] = {}
     if a.parallel:

@@ -121,8 +121,12 @@ class EnvSection:
     # The regulator's actions: "paper" (who reads whom + T/top-p) or "extended" (also per agent revise / keep /
     # fresh sample, and a stop after each round); envs/debate_env.py documents both.
     actions: Literal["paper", "extended"] = "paper"
-    # the final vote: last round, every sample, or every sample weighted by its agent's certainty 1 - u_i
-    decision: Literal["last-round", "all-answers", "belief-weighted"] = "last-round"
+    # the final vote: last round, every sample, every sample weighted by its agent's certainty 1 - u_i, or every
+    # sample weighted by its own confidence (CISC's softmax of mean token log-probabilities at temperature vote_tau)
+    decision: Literal["last-round", "all-answers", "belief-weighted", "confidence-weighted"] = "last-round"
+    # the confidence-weighted vote's softmax temperature (the CISC tau fitted on GSM8K train questions,
+    # configs/rule-params-gsm8k-train.json); read only by decision: confidence-weighted
+    vote_tau: float = DebateConfig.vote_tau
     # Potential-based shaping with Φ = the round's plurality score (envs/debate_env.py): the optimum is unchanged,
     # and the return loses the variance round 0 fixed before any action (its std halves in the fitted world).
     shaping: bool = True

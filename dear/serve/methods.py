@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dear.debate.engine import DECISIONS, DebateConfig, DebateEngine
+from dear.debate.engine import DebateConfig, DebateEngine
 from dear.debate.methods import DEAR, METHODS, SERVED
 from dear.debate.sampling_rules import DEFAULT_RULE_PARAMS, FittedParams
 from dear.infer import RegulatedDebater
@@ -63,8 +63,9 @@ class ServedMethod:
 
     @property
     def decision(self) -> str:
-        """How the final answer is decided (engine DECISIONS): the protocol's own rule, else the last round's."""
-        return getattr(self.protocol, "decision", DECISIONS[0])
+        """How the final answer is decided (engine DECISIONS): the protocol's own rule, else its engine's (a DEAR
+        policy's: the rule it was trained with, `RegulatedDebater.config`)."""
+        return getattr(self.protocol, "decision", None) or self.config.decision
 
     @property
     def turn_limits(self) -> list[int]:
@@ -100,8 +101,9 @@ def build_methods(debater: RegulatedDebater, backend: Backend,
     if fitted is None and any(METHODS[name].reads_confidence for name in SERVED):
         fitted = FittedParams.load(DEFAULT_RULE_PARAMS)
     dear_cfg = debater.config
-    # The policy may run with silent turns (trained so); the baselines run as the harness runs them.
-    base = replace(dear_cfg, silent=False)
+    # The policy may run with silent turns and vote by the rule it was trained with; the baselines run as the
+    # harness runs them (each protocol's own rule, else the paper's last round).
+    base = replace(dear_cfg, silent=False, decision=DebateConfig.decision)
     engines: dict[DebateConfig, DebateEngine] = {}
 
     def engine(cfg: DebateConfig) -> DebateEngine:

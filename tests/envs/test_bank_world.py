@@ -141,6 +141,48 @@ def test_the_quick_preset_trains_in_the_bank_world_exports_and_debates(tmp_path)
     assert not any(t.peers for turns in out.trace.rounds for t in turns)  # nobody revises reading peers
 
 
+def test_a_confidence_weighted_world_votes_by_each_samples_own_confidence(tmp_path):
+    """decision: confidence-weighted asks for log-probabilities even when the policy observes none, and a small
+    vote_tau lets the most confident sample decide (the bank's confidences fall with the sample index)."""
+    e = env(tmp_path, decision="confidence-weighted", vote_tau=0.01, confidence_feature=False)
+    for seed in range(4):
+        e.reset(seed=seed)
+        _, _, done, _, info = e.step(action(("fresh", "fresh", "fresh"), stop=0))
+        _, _, done, _, info = e.step(action(("keep", "keep", "keep"), stop=1))
+        voters = e.debate.voters("confidence-weighted")
+        assert done and all(t.confidence is not None for t in voters)
+        best = min(voters, key=lambda t: int(t.source.rsplit("#", 1)[1]))  # sample i: mean log-prob -0.1 (i + 1)
+        assert info["final_answer"] == best.answer_key
+        assert e.debate.trace.decision == "confidence-weighted" and e.debate.trace.vote_tau == 0.01
+    with pytest.raises(ValueError, match="vote_tau"):
+        env(tmp_path, decision="confidence-weighted", vote_tau=0)
+
+
+def test_a_policy_trained_with_the_confidence_weighted_vote_debates_with_it(tmp_path):
+    """The vote rule and its tau travel from the config through the export to inference time."""
+    from dear.export import export_checkpoint, load_exported
+    from dear.infer import RegulatedDebater
+    from tests.dear.debate.test_debate_engine import FakeBackend
+    from train.config import load_config
+    from train.runner import Trainer
+
+    cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=8",
+                                      "env.decision=confidence-weighted", "env.vote_tau=0.05",
+                                      "env.confidence_feature=false", f"run.out_dir={tmp_path}",
+                                      "logging.progress=false"])
+    trainer = Trainer(cfg)
+    try:
+        result = trainer.train()
+    finally:
+        trainer.close()
+    exported = load_exported(export_checkpoint(result.run_dir, tmp_path / "policy"))
+    assert exported.decision == "confidence-weighted" and exported.vote_tau == 0.05
+    assert not exported.policy.config.confidence_feature and exported.reads_confidence
+    debater = RegulatedDebater(exported, FakeBackend(), encoder="hashing", allow_encoder_mismatch=True)
+    assert debater.config.decision == "confidence-weighted" and debater.config.vote_tau == 0.05
+    assert debater.config.logprobs is not None
+
+
 def test_the_committed_bank_policy_debates_on_a_real_model_with_its_confidence(smoke_backend):
     """The exported bank-world policy (results/policy-bank-gsm8k-p0.05) at inference time on a real llama.cpp model
     (the smoke model: its answers are nonsense, the plumbing is real): one sample first, every sent turn with a

@@ -277,3 +277,20 @@ def test_methods_and_a_token_budget_on_the_smoke_model(tmp_path):
     assert health["scheduler"]["backend_calls"] <= health["scheduler"]["steps"]
     print(f"\nsmoke: 6 methods and one budgeted debate in {time.perf_counter() - t0:.1f} s; budget {budget}, "
           f"spent {r.usage.completion_tokens} completion tokens in {len(dear['rounds'])} round(s)")
+
+
+def test_the_served_policy_votes_by_the_rule_it_was_trained_with_and_the_baselines_by_theirs():
+    """A bank-world policy trained with the all-answers vote votes so when served; MAD keeps the paper's last
+    round and a confidence rule its weighted vote (each protocol's own rule, else its engine's)."""
+    from dear.infer import RegulatedDebater
+    from dear.serve.methods import build_methods
+    from tests.dear.debate.test_debate_engine import FakeBackend
+
+    backend = FakeBackend()
+    with RegulatedDebater("results/policy-bank-gsm8k-p0.05", backend, encoder="hashing",
+                          allow_encoder_mismatch=True) as debater:
+        methods = build_methods(debater, backend)
+    assert debater.config.decision == "all-answers"
+    assert methods["dear"].decision == "all-answers"
+    assert methods["mad"].decision == methods["cot"].decision == "last-round"
+    assert methods["cisc-3"].decision == "confidence-weighted"
