@@ -536,6 +536,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     "env.start_width": None, "env.turn_kinds": list(TURN_KINDS), "env.confidence_feature": False,
     "env.max_samples": None,  # runs before it had no sample budget
     "llm.repeatable": False,  # runs before it decoded in llama.cpp slots (not repeatable)
+    "env.vote_tau": DebateConfig.vote_tau,  # runs before it voted by no confidence (the value is never read)
 }
 
 

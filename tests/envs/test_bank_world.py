@@ -166,7 +166,7 @@ def test_a_policy_trained_with_the_confidence_weighted_vote_debates_with_it(tmp_
     from train.config import load_config
     from train.runner import Trainer
 
-    cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=8",
+    cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=16",
                                       "env.decision=confidence-weighted", "env.vote_tau=0.05",
                                       "env.confidence_feature=false", f"run.out_dir={tmp_path}",
                                       "logging.progress=false"])
