@@ -99,3 +99,19 @@ def test_rows_carry_the_fitted_parameters():
     specs = {s.label: s for s in B.row_specs(9, fits)}
     assert specs["CISC-5"].params.tau == 0.5
     assert specs["confident stop (price 0.01/1k tokens)"].params == RuleParams(tau=0.2, threshold=-0.3)
+
+
+def test_the_threshold_curve_runs_from_always_stopping_to_adaptive_sc(tmp_path):
+    """eval.threshold_curve on the tiny bank: the grid's lowest threshold stops at every first sample that has a
+    confidence, the never-stop row is adaptive SC's draws (its tokens), and the goal-shape column is filled."""
+    from eval import threshold_curve as T
+
+    _tiny_bank(tmp_path / "bank")
+    assert T.main(["--bank", str(tmp_path / "bank"), "--width", "9", "--orders", "4", "--n-boot", "50",
+                   "--out", str(tmp_path / "out")]) == 0
+    rows = list(csv.DictReader((tmp_path / "out" / "curve.csv").open()))
+    never = rows[-1]
+    assert never["threshold"] == "inf" and float(never["tokens_over_baseline"]) == pytest.approx(1.0)
+    assert float(rows[0]["test_tokens"]) < float(never["test_tokens"])
+    assert all(r["goal_shape"] in ("True", "False") and r["synthetic"] == "False" for r in rows)
+    assert "Nothing is chosen on the reported questions" in (tmp_path / "out" / "curve.md").read_text()
