@@ -31,13 +31,13 @@ from dear.atomic import atomic_write_text
 from dear.bank.backend import DEFAULT_BANK, BankBackend
 from dear.cli import command_line
 from dear.cli import run as run_cli
-from dear.debate.engine import Debate
+from dear.debate.engine import Debate, confidence_weights
 from dear.debate.trace import voting_turns
 from dear.infer import RegulatedDebater
 from dear.llm.base import serves
 from dear.regulator import RegulatorRecord
 from dear.seeds import derive_seed
-from dear.vote import key_correct, tally
+from dear.vote import key_correct, tally, weighted_tally
 
 PROG = "python -m train.bank_states"
 ADAPTIVE_AGREE = 2  # the baseline: adaptive SC stops once this many samples share an answer
@@ -56,6 +56,16 @@ class StateStats:
     final_tokens: list[int] = field(default_factory=list)
 
 
+def stop_score(debate: Debate, voters: Sequence) -> float:
+    """The score of stopping with these voters under the debate's own vote rule (a confidence-weighted policy's
+    stop is scored by its weighted vote; every other bank-world rule counts each sample once)."""
+    keys = [t.answer_key for t in voters]
+    correct = key_correct(keys, [bool(t.correct) for t in voters])
+    if debate.decision == "confidence-weighted":
+        return weighted_tally(keys, confidence_weights(voters, debate.vote_tau, debate.debate_id)).score(correct)
+    return tally(keys).score(correct)
+
+
 def decision_points(debate: Debate, records: Sequence[RegulatorRecord]) -> list[tuple[int, int, bool, int, float, int]]:
     """For each decision the regulator made: (n, k, stopped, fresh samples drawn, score of stopping, tokens so far)."""
     out = []
@@ -64,8 +74,8 @@ def decision_points(debate: Debate, records: Sequence[RegulatorRecord]) -> list[
         before = rounds[:rec.round]  # the rounds completed when it decided
         voters = voting_turns(before, "all-answers")
         keys = [t.answer_key for t in voters]
-        k = tally(keys).top
-        score = tally(keys).score(key_correct(keys, [bool(t.correct) for t in voters]))
+        k = tally(keys).top  # the state: how many samples the plain leader holds
+        score = stop_score(debate, voters)
         tokens = sum(t.prompt_tokens + t.completion_tokens for turns in before for t in turns)
         fresh = 0 if rec.stop or rec.round >= len(rounds) else sum(t.fresh for t in rounds[rec.round])
         out.append((len(voters), k, bool(rec.stop), fresh, float(score), int(tokens)))

@@ -20,3 +20,20 @@ def test_every_decision_is_counted_in_its_state(tmp_path):
     assert all(0 <= float(r["policy_stops"]) <= 1 for r in rows)
     md = (out / "states.md").read_text(encoding="utf-8")
     assert "2 questions × 3 seeded orders = 6 debates" in md and "Overall: accuracy" in md and "synthetic" not in md.replace("nothing synthetic", "")
+
+
+def test_a_confidence_weighted_policys_stop_is_scored_by_its_weighted_vote():
+    """Two samples disagree: the plain vote ties (1/2), the weighted vote follows the more confident sample."""
+    from types import SimpleNamespace
+
+    def turn(key, correct, logprob):
+        return SimpleNamespace(answer_key=key, correct=correct, confidence={
+            "mean_logprob": logprob, "lowest_group": None, "tail_mean": None, "answer_mean": None, "margin": None,
+            "n_tokens": 10, "k": 5})
+
+    voters = [turn("12", True, -0.1), turn("7", False, -0.5)]
+    weighted = SimpleNamespace(decision="confidence-weighted", vote_tau=0.1, debate_id="d")
+    assert bank_states.stop_score(weighted, voters) == 1.0
+    assert bank_states.stop_score(SimpleNamespace(decision="all-answers"), voters) == 0.5
+    voters[0].confidence["mean_logprob"] = -0.9  # now the wrong sample is the confident one
+    assert bank_states.stop_score(weighted, voters) == 0.0
