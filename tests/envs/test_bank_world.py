@@ -115,23 +115,29 @@ def test_single_cot_is_a_setting_of_the_policy_that_starts_from_one_sample(tmp_p
         assert info["tokens_total"] == first.prompt_tokens + first.completion_tokens
 
 
-def test_the_quick_preset_trains_in_the_bank_world_exports_and_debates(tmp_path):
-    """`--config gsm8k-quick` in small on the committed bank (real replayed samples): the exported policy starts from
-    one sample, asks for log-probabilities and never revises when it debates at inference time."""
+def quick_export(tmp_path, *overrides: str):
+    """`--config gsm8k-quick` trained one small iteration on the committed bank, exported and loaded."""
     from dear.export import export_checkpoint, load_exported
-    from dear.infer import RegulatedDebater
-    from tests.dear.debate.test_debate_engine import FakeBackend
     from train.config import load_config
     from train.runner import Trainer
 
     cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=16",
-                                      f"run.out_dir={tmp_path}", "logging.progress=false"])
+                                      f"run.out_dir={tmp_path}", "logging.progress=false", *overrides])
     trainer = Trainer(cfg)
     try:
         result = trainer.train()
     finally:
         trainer.close()
-    exported = load_exported(export_checkpoint(result.run_dir, tmp_path / "policy"))
+    return load_exported(export_checkpoint(result.run_dir, tmp_path / "policy"))
+
+
+def test_the_quick_preset_trains_in_the_bank_world_exports_and_debates(tmp_path):
+    """`--config gsm8k-quick` in small on the committed bank (real replayed samples): the exported policy starts from
+    one sample, asks for log-probabilities and never revises when it debates at inference time."""
+    from dear.infer import RegulatedDebater
+    from tests.dear.debate.test_debate_engine import FakeBackend
+
+    exported = quick_export(tmp_path)
     assert exported.start_width == 1 and exported.policy.config.turn_kinds == ("keep", "fresh")
     backend = FakeBackend()
     debater = RegulatedDebater(exported, backend, encoder="hashing", allow_encoder_mismatch=True)
@@ -160,22 +166,11 @@ def test_a_confidence_weighted_world_votes_by_each_samples_own_confidence(tmp_pa
 
 def test_a_policy_trained_with_the_confidence_weighted_vote_debates_with_it(tmp_path):
     """The vote rule and its tau travel from the config through the export to inference time."""
-    from dear.export import export_checkpoint, load_exported
     from dear.infer import RegulatedDebater
     from tests.dear.debate.test_debate_engine import FakeBackend
-    from train.config import load_config
-    from train.runner import Trainer
 
-    cfg = load_config("gsm8k-quick", ["env.encoder=hashing", "run.iterations=1", "rollout.episodes_per_iter=16",
-                                      "env.decision=confidence-weighted", "env.vote_tau=0.05",
-                                      "env.confidence_feature=false", f"run.out_dir={tmp_path}",
-                                      "logging.progress=false"])
-    trainer = Trainer(cfg)
-    try:
-        result = trainer.train()
-    finally:
-        trainer.close()
-    exported = load_exported(export_checkpoint(result.run_dir, tmp_path / "policy"))
+    exported = quick_export(tmp_path, "env.decision=confidence-weighted", "env.vote_tau=0.05",
+                            "env.confidence_feature=false")
     assert exported.decision == "confidence-weighted" and exported.vote_tau == 0.05
     assert not exported.policy.config.confidence_feature and exported.reads_confidence
     debater = RegulatedDebater(exported, FakeBackend(), encoder="hashing", allow_encoder_mismatch=True)
