@@ -56,6 +56,7 @@ from dear.llm.registry import KINDS, is_synthetic, kind_of, uses_llama_cpp
 from dear.progress import LiveProgress
 from dear.regulator import CertaintyWeigher, RegulatedProtocol, RegulatorRecord, decisions_json
 from dear.sandbox import DEFAULT_LIMITS, SandboxLimits
+from dear.seeds import derive_seed
 from dear.tasks import AnswerKind, Question
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,42 @@ class RegulatedDebater:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+ORDER_SALT = 0x57A7E  # a bank replay's debate seeds: derive_seed(seed, debate index, ORDER_SALT)
+
+
+@dataclass(frozen=True)
+class BankDebates:
+    """A policy's debates over banked questions, `orders` a question (each debate another seeded order of the
+    question's samples), and the regulator's decisions in each (by debate id)."""
+
+    questions: tuple[Question, ...]
+    orders: int
+    debates: tuple[Debate, ...]
+    records: Mapping[str, list[RegulatorRecord]]
+
+    def scores_by_question(self) -> dict[str, list[float]]:
+        """Each question's final scores over its debates (a failed debate scores 0; a tie its expected value)."""
+        out: dict[str, list[float]] = {q.id: [] for q in self.questions}
+        for d in self.debates:
+            out[d.question.id].append(0.0 if d.failed else float(d.trace.final_score or 0.0))
+        return out
+
+
+def debate_bank_orders(policy: str | Path | ExportedPolicy, backend: Backend, questions: Sequence[Question], *,
+                       orders: int, max_tokens: int, seed: int = 0) -> BankDebates:
+    """Debate every question `orders` times with the policy on `backend` (a bank world: `dear.bank.backend`), one
+    batched engine run; debate i gets the seed derive_seed(seed, i, ORDER_SALT), so the bank serves it its own order.
+    Nothing here calls a model unless the backend does."""
+    if not questions or orders < 1:
+        raise ValueError(f"debate_bank_orders: need questions and orders >= 1 (got {len(questions)}, {orders})")
+    with RegulatedDebater(policy, backend, max_tokens=max_tokens, seed=seed) as debater:
+        protocol = debater.protocol()
+        asked = [q for q in questions for _ in range(orders)]
+        seeds = [derive_seed(seed, i, ORDER_SALT) for i in range(len(asked))]
+        debates = debater.engine.run(asked, protocol, debate_seeds=seeds)
+    return BankDebates(tuple(questions), orders, tuple(debates), dict(protocol.records))
 
 
 def refuse_pot_on_sim(profiles: Sequence[AgentProfile] | None, llm: str | Backend, key: str) -> None:

@@ -10,9 +10,13 @@ seeded permutations of each question's first `--width` samples (`dear.debate.rep
 exactly over positions. CISC's tau (per K) and confident-stop's threshold (per token price) are fitted on the fit
 shelf (`--fit-benchmark`/`--fit-split`), never on the questions reported. No model is called.
 
-`OUT/summary.md`, `summary.csv` and `accuracy_vs_tokens.png`: per rule, order-averaged accuracy (ties as expected
-values) with a paired bootstrap 95 % CI of its difference to adaptive-sc-2-from-2 (resampling questions), the
-stored-order accuracy, tokens (prompt + completion) and samples per question, and whether it is on the
+With `--policy DIR` (repeatable) an exported bank-world policy debates the same questions beside the rules, in the
+bank world (dear/bank/backend.py) reading the same first `--width` samples, `--orders` debates a question; the report
+says for each policy how it compares with adaptive SC and which rows dominate it (the goal of a real evaluation).
+
+`OUT/summary.md`, `summary.csv` and `accuracy_vs_tokens.png`: per rule and policy, order-averaged accuracy (ties as
+expected values) with a paired bootstrap 95 % CI of its difference to adaptive-sc-2-from-2 (resampling questions),
+the stored-order accuracy, tokens (prompt + completion) and samples per question, and whether it is on the
 accuracy–token frontier.
 """
 
@@ -28,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dear import metrics
+from dear import metrics, tasks
 from dear.bank.backend import DEFAULT_BANK as EMBEDDED_BANK
+from dear.bank.backend import BankBackend
 from dear.bank.replay import samples_of
 from dear.bank.store import Bank, Shelf, ShelfKey, shown_path
 from dear.cli import command_line, require_at_least
@@ -38,6 +43,7 @@ from dear.confidence import SUMMARIES
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
 from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, Outcome,
                                         RuleParams, is_weighted)
+from dear.infer import debate_bank_orders
 from dear.llm.registry import is_synthetic
 from envs.reward import objective
 
@@ -47,6 +53,7 @@ DEFAULT_BANK = Path(EMBEDDED_BANK)
 PROFILE, TEMPERATURE, TOP_P = "cot", 0.7, 0.9  # the bank's sampling setting these rules are replayed on
 BASELINE = "adaptive-sc-2-from-2"
 STOP_TAU_K = 3  # confident-stop weighs its few samples (typically 2-3) with the tau fitted for cisc-3
+POLICY_RULE = "dear"  # a row of an exported policy (--policy) rather than a sampling rule
 
 
 # ---------------------------------------------------------------- loading
@@ -93,6 +100,7 @@ class RowSpec:
     fitted: str = ""  # the fitted parameters, as the table shows them
     over_positions: bool = False  # replayed over the rotations (single CoT: exact mean over positions)
     price: float | None = None  # the token price its threshold was fitted for
+    policy: str | None = None  # an exported DEAR policy debating in the bank world (rule POLICY_RULE)
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,7 @@ class RowResult:
 
     spec: RowSpec
     scores: tuple[float, ...]
-    stored: tuple[float, ...]
+    stored: tuple[float, ...] | None  # None: a policy's row (its orders are the bank world's, no stored order)
     tokens: float  # per question
     used: float  # samples per question
 
@@ -156,8 +164,8 @@ class RowResult:
         return float(np.mean(self.scores))
 
     @property
-    def stored_accuracy(self) -> float:
-        return float(np.mean(self.stored))
+    def stored_accuracy(self) -> float | None:
+        return None if self.stored is None else float(np.mean(self.stored))
 
 
 def evaluate(spec: RowSpec, questions: Sequence[ReplayQuestion]) -> RowResult:
@@ -165,6 +173,29 @@ def evaluate(spec: RowSpec, questions: Sequence[ReplayQuestion]) -> RowResult:
                      rotations(len(q.samples.keys)) if spec.over_positions else q.orders) for q in questions]
     return RowResult(spec, tuple(r.score for r in runs), tuple(r.stored.score for r in runs),
                      float(np.mean([r.tokens for r in runs])), float(np.mean([r.used for r in runs])))
+
+
+def policy_spec(path: str) -> RowSpec:
+    return RowSpec(f"DEAR `{Path(path).name}`", POLICY_RULE, policy=path)
+
+
+def evaluate_policy(spec: RowSpec, bank: Bank, test: Loaded, width: int, n_orders: int, seed: int) -> RowResult:
+    """The exported policy debating each reported question `n_orders` times in the bank world, reading the same
+    first `width` samples the rules read (in the bank world's seeded orders, not the rules' orders: the paired
+    difference pairs questions, each averaged over its orders). No model is called: a debate that needs more samples
+    than `width`, or a revise turn, fails and scores 0."""
+    backend = BankBackend(bank, test.key.benchmark, test.key.split, profile=test.key.profile,
+                          max_tokens=test.key.max_tokens, width=width)
+    by_id = {q.id: q for q in tasks.load(test.key.benchmark, test.key.split)}
+    questions = [by_id[q.question_id] for q in test.questions]
+    run = debate_bank_orders(spec.policy, backend, questions, orders=n_orders, max_tokens=test.key.max_tokens,
+                             seed=seed)
+    if failed := sum(d.failed for d in run.debates):
+        log.warning("%s: %d of %d debates failed (scored 0)", spec.label, failed, len(run.debates))
+    scores = run.scores_by_question()
+    drawn = [sum((t.source or "").startswith("bank:") for turns in d.trace.rounds for t in turns) for d in run.debates]
+    return RowResult(spec, tuple(float(np.mean(scores[q.id])) for q in questions), None,
+                     float(np.mean([d.trace.total_tokens for d in run.debates])), float(np.mean(drawn)))
 
 
 # ---------------------------------------------------------------- statistics
@@ -244,9 +275,11 @@ def markdown(r: Report) -> str:
              f"| row | rule | accuracy % | − {BASELINE}, points [95 % CI] | stored-order accuracy % | tokens/question "
              "| samples/question | frontier |", "|---|---|---:|---|---:|---:|---:|:-:|"]
     for row, d, front in zip(r.rows, r.diffs, r.frontier):
+        stored = "–" if row.stored_accuracy is None else _pts(row.stored_accuracy)
         lines.append(f"| {row.spec.label} | `{row.spec.rule}` | {_pts(row.accuracy)} | {_pts(d.mean, True)} "
-                     f"[{_pts(d.low, True)}, {_pts(d.high, True)}] | {_pts(row.stored_accuracy)} | "
+                     f"[{_pts(d.low, True)}, {_pts(d.high, True)}] | {stored} | "
                      f"{row.tokens:.0f} | {row.used:.2f} | {'yes' if front else ''} |")
+    lines += policy_lines(r)
     lines += ["", "Rules (dear/debate/sampling_rules.py): `adaptive-sc-A-from-S` starts from S samples and adds one "
               "until A share an answer; `esc-W` draws windows of W until one is unanimous; `cisc-K` weighs the first "
               "K votes by softmax(confidence / tau); `confident-stop` stops at the first sample when it has an answer "
@@ -256,9 +289,31 @@ def markdown(r: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def dominating(r: Report, row: RowResult) -> list[RowResult]:
+    """The other rows with accuracy >= and tokens <= the row's, strictly better in one (point estimates)."""
+    return [o for o in r.rows if o is not row and o.accuracy >= row.accuracy and o.tokens <= row.tokens
+            and (o.accuracy, o.tokens) != (row.accuracy, row.tokens)]
+
+
+def policy_lines(r: Report) -> list[str]:
+    """Per policy row: its difference to the baseline, its tokens as a multiple of the baseline's, whether it is on
+    the frontier and which rows dominate it."""
+    base = next(x for x in r.rows if x.spec.rule == BASELINE)
+    out = []
+    for row, d, front in zip(r.rows, r.diffs, r.frontier):
+        if row.spec.policy is None:
+            continue
+        by = ", ".join(f"{o.spec.label} ({_pts(o.accuracy)} % at {o.tokens:.0f})" for o in dominating(r, row))
+        out.append(f"- {row.spec.label} (`{row.spec.policy}`, {r.n_orders} bank-world debates a question, reading "
+                   f"the same first {r.width} samples): {_pts(d.mean, True)} points [{_pts(d.low, True)}, "
+                   f"{_pts(d.high, True)}] against `{BASELINE}` at {row.tokens / base.tokens:.2f} × its tokens; "
+                   + ("on the frontier." if front else f"dominated by {by}."))
+    return ["", "DEAR in the bank world, against the rules:", ""] + out if out else []
+
+
 CSV_FIELDS = ("label", "rule", "tau", "threshold", "price", "accuracy", "minus_baseline", "diff_ci_low",
               "diff_ci_high", "stored_accuracy", "tokens_per_question", "samples_per_question", "on_frontier",
-              "n_questions", "fit_shelf", "synthetic")
+              "n_questions", "fit_shelf", "synthetic", "benchmark", "shelf", "policy")
 
 
 def write_csv(r: Report, path: Path) -> None:
@@ -270,8 +325,9 @@ def write_csv(r: Report, path: Path) -> None:
             w.writerow([row.spec.label, row.spec.rule, row.spec.params.tau if reads else "",
                         row.spec.params.threshold if row.spec.rule == CONFIDENT_STOP else "",
                         "" if row.spec.price is None else row.spec.price, row.accuracy, d.mean, d.low, d.high,
-                        row.stored_accuracy, row.tokens, row.used, front, len(row.scores),
-                        r.fit.key.name if reads else "", r.synthetic])
+                        "" if row.stored_accuracy is None else row.stored_accuracy, row.tokens, row.used, front,
+                        len(row.scores), r.fit.key.name if reads else "", r.synthetic, r.test.key.benchmark,
+                        r.test.key.name, row.spec.policy or ""])
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
@@ -369,6 +425,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--prices", default="0.01,0.002",
                    help="token prices (per 1,000 tokens, in accuracy) of confident stop's fits (default %(default)s)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--policy", action="append", default=[],
+                   help="an exported bank-world policy (python -m dear.export) to debate the reported questions "
+                        "beside the rules, --orders debates each (repeatable)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--params-out", type=Path, default=None,
                    help="also write the fitted parameters here (what eval.run and dear.serve read: "
@@ -406,6 +465,7 @@ def build_report(a: argparse.Namespace, command: str) -> Report:
             raise ValueError(f"{x.key.name}: no question with at least {a.width} samples")
     fits = None if fit is None else fit_all(fit.questions, a.width, parse_prices(a.prices))
     rows = tuple(evaluate(spec, test.questions) for spec in row_specs(a.width, fits))
+    rows += tuple(evaluate_policy(policy_spec(p), bank, test, a.width, a.orders, a.seed) for p in a.policy)
     diffs = tuple(paired_to(rows, BASELINE, a.n_boot, a.seed))
     frontier = tuple(on_frontier([(row.accuracy, row.tokens) for row in rows]))
     return Report(command, bank, test, fit, a.summary, a.orders, a.seed, a.width, a.n_boot, rows, diffs, frontier)

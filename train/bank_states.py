@@ -33,10 +33,9 @@ from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import Debate, confidence_weights
 from dear.debate.trace import voting_turns
-from dear.infer import RegulatedDebater
+from dear.infer import BankDebates, debate_bank_orders
 from dear.llm.base import serves
 from dear.regulator import RegulatorRecord
-from dear.seeds import derive_seed
 from dear.vote import key_correct, tally, weighted_tally
 
 PROG = "python -m train.bank_states"
@@ -116,15 +115,12 @@ def rows_of(states: dict[tuple[int, int], StateStats]) -> list[dict]:
     return rows
 
 
-def overall(debates: Sequence[Debate], seed: int) -> dict:
+def overall(run: BankDebates, seed: int) -> dict:
     """Accuracy (a question's debates averaged first, 95 % bootstrap interval over questions) and tokens/question."""
-    by_q: dict[str, list[float]] = {}
-    for d in debates:
-        by_q.setdefault(d.question.id, []).append(0.0 if d.failed else float(d.trace.final_score or 0.0))
-    ci = metrics.bootstrap_ci([float(np.mean(v)) for v in by_q.values()], seed=seed)
+    ci = metrics.bootstrap_ci([float(np.mean(v)) for v in run.scores_by_question().values()], seed=seed)
     return {"accuracy": ci.mean, "low": ci.low, "high": ci.high,
-            "tokens": float(np.mean([d.trace.total_tokens for d in debates])),
-            "failed": sum(d.failed for d in debates)}
+            "tokens": float(np.mean([d.trace.total_tokens for d in run.debates])),
+            "failed": sum(d.failed for d in run.debates)}
 
 
 def markdown(rows: Sequence[dict], meta: dict) -> str:
@@ -173,14 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = [q for q in tasks.load(a.benchmark, a.split) if serves(backend, q.task, q.id)]
     if not questions:
         raise ValueError(f"{a.bank}: no {a.benchmark} {a.split} question is banked")
-    with RegulatedDebater(a.policy, backend, max_tokens=a.max_tokens, seed=a.seed) as debater:
-        protocol = debater.protocol()
-        asked = [q for q in questions for _ in range(a.orders)]
-        seeds = [derive_seed(a.seed, i, 0x57A7E) for i in range(len(asked))]
-        debates = debater.engine.run(asked, protocol, debate_seeds=seeds)
-    rows = rows_of(collect(debates, protocol.records))
+    run = debate_bank_orders(a.policy, backend, questions, orders=a.orders, max_tokens=a.max_tokens, seed=a.seed)
+    debates = run.debates
+    rows = rows_of(collect(debates, run.records))
     meta = {"command": command_line(PROG, argv), "policy": a.policy, "split": a.split, "questions": len(questions),
-            "orders": a.orders, "debates": len(debates), "overall": overall(debates, a.seed)}
+            "orders": a.orders, "debates": len(debates), "overall": overall(run, a.seed)}
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "states.md", markdown(rows, meta))
     with open(a.out / "states.csv", "w", newline="", encoding="utf-8") as f:

@@ -81,21 +81,25 @@ class BankBackend(Backend):
         grow: called with (shelf key, question id, bank index, request sent, completion) after `live` drew a sample beyond the
             stored ones, to store it (e.g. `dear.bank.build.grower`); None keeps the bank as it is.
         seed: mixes into every debate's permutation.
+        width: read only each question's first `width` stored samples (index order), as `eval.bank_replay`'s rules
+            read them; a debate that needs more is served as beyond the stored ones (None: all stored samples).
     """
 
     def __init__(self, bank: str | Bank, benchmark: str = "gsm8k", split: str = "train",
                  profile: str | Sequence[str] = "cot", max_tokens: int | None = None, live: Backend | None = None,
                  grow: Callable[[ShelfKey, str, int, ChatRequest, Completion], None] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, width: int | None = None):
+        if width is not None and width < 1:
+            raise BackendError(f"bank option width: read at least one stored sample a question, got {width}")
         self.bank = bank if isinstance(bank, Bank) else Bank.open(bank)
         self.profiles = profile_names(profile)
         self.keys_by_profile = {p: self._keys_of(benchmark, split, p, max_tokens) for p in self.profiles}
         self.keys = [k for keys in self.keys_by_profile.values() for k in keys]
-        self.live, self.grow, self.seed = live, grow, seed
+        self.live, self.grow, self.seed, self.width = live, grow, seed, width
         self.model_id = f"bank:{self.bank.manifest['model_file']}"
         self.context_length = live.context_length if live is not None else None
         self._lock = threading.Lock()
-        self._orders: dict[tuple[ShelfKey, str], list[int]] = {}
+        self._orders: dict[tuple[ShelfKey, str], tuple[list[int], int]] = {}
 
     def _keys_of(self, benchmark: str, split: str, profile: str, max_tokens: int | None) -> list[ShelfKey]:
         """The shelves of one profile (one token limit); BackendError naming what the bank holds otherwise."""
@@ -121,28 +125,34 @@ class BankBackend(Backend):
         return self.bank.shelf(snap(self.keys_by_profile[style], request.temperature, request.top_p))
 
     def order(self, shelf: Shelf, question_id: str, debate_id: str) -> list[int]:
-        """The debate's order of the question's stored sample indices, fixed at its first draw (samples the live
-        model adds later follow it, so no draw of the debate moves)."""
+        """The debate's order of the question's stored sample indices (the first `width`), fixed at its first draw
+        (samples the live model adds later follow it, so no draw of the debate moves)."""
+        return self._order_and_next(shelf, question_id, debate_id)[0]
+
+    def _order_and_next(self, shelf: Shelf, question_id: str, debate_id: str) -> tuple[list[int], int]:
+        """The debate's order and the index its first sample beyond it gets (after every sample stored at the first
+        draw), both fixed at the debate's first draw."""
         key = (shelf.key, debate_id)
         with self._lock:
             if key not in self._orders:
                 stored = sorted(shelf.samples.get(question_id, {}))
                 rng = np.random.default_rng(derive_seed(self.seed, zlib.crc32(debate_id.encode()), BANK_SALT))
-                self._orders[key] = [stored[i] for i in rng.permutation(len(stored))]
+                kept = stored[:self.width]
+                self._orders[key] = ([kept[i] for i in rng.permutation(len(kept))], max(stored, default=-1) + 1)
                 while len(self._orders) > MAX_ORDERS:  # oldest first (dicts keep insertion order)
                     del self._orders[next(iter(self._orders))]
             return self._orders[key]
 
-    def draw(self, request: ChatRequest) -> tuple[Shelf, int]:
-        """The shelf and stored index of a request's sample n: the n-th of the debate's order, or beyond the
-        stored ones the index the live model's sample gets (the next after the highest stored)."""
+    def draw(self, request: ChatRequest) -> tuple[Shelf, int, bool]:
+        """The shelf and index of a request's sample n, and whether it is stored (within `width`): the n-th of the
+        debate's order, or beyond it the index the live model's sample gets (the next after the highest stored)."""
         meta = request.metadata
         shelf = self.shelf_for(request)
-        order = self.order(shelf, meta["question_id"], meta["debate_id"])
+        order, beyond = self._order_and_next(shelf, meta["question_id"], meta["debate_id"])
         n = int(meta["sample"])
         if n < len(order):
-            return shelf, order[n]
-        return shelf, max(order, default=-1) + 1 + (n - len(order))
+            return shelf, order[n], True
+        return shelf, beyond + (n - len(order)), False
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
@@ -152,13 +162,12 @@ class BankBackend(Backend):
                 to_live.append(i)
                 continue
             try:
-                shelf, index = self.draw(request)
+                shelf, index, stored = self.draw(request)
             except BackendError as e:  # a style no shelf serves: this request fails, the others are served
                 out[i] = Completion("", 0, 0, "error", 0.0, error=str(e))
                 continue
-            sample = shelf.samples.get(request.metadata["question_id"], {}).get(index)
-            if sample is not None:
-                out[i] = replayed(sample, shelf.key)
+            if stored:
+                out[i] = replayed(shelf.samples[request.metadata["question_id"]][index], shelf.key)
             else:
                 to_live.append(i)
         REPLAYED_TOKENS.add(sum(c.completion_tokens for c in out if c is not None))
@@ -175,7 +184,7 @@ class BankBackend(Backend):
         for request, completion in zip(sent, completions):
             completion.source = self.live.model_id
             if request.metadata.get("sample") is not None and completion.ok and self.grow is not None:
-                shelf, index = self.draw(request)
+                shelf, index, _ = self.draw(request)
                 with self._lock:
                     self.grow(shelf.key, request.metadata["question_id"], index, request, completion)
         return completions
@@ -184,8 +193,11 @@ class BankBackend(Backend):
         if request.metadata.get("sample") is None:
             return ("the bank world replays independent samples only: a revise turn needs a live backend (the real "
                     "model, or a fitted simulator offline)")
-        shelf, index = self.draw(request)
+        shelf, index, _ = self.draw(request)
         qid = request.metadata["question_id"]
+        if self.width is not None and shelf.n_samples(qid) > self.width:
+            return (f"the bank world reads {self.width} samples of a question (width) and the debate needs one more "
+                    f"(question {qid}, shelf {shelf.key.name})")
         return (f"bank shelf {shelf.key.name} has {shelf.n_samples(qid)} samples of question {qid}; the debate needs "
                 f"sample {index + 1}. Extend it: python -m dear.bank build --benchmark {shelf.key.benchmark} --split "
                 f"{shelf.key.split} --samples {index + 1} ..., or give the bank world a live backend")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 
@@ -83,6 +84,26 @@ def test_the_report_end_to_end(tmp_path):
     md = (out / "summary.md").read_text(encoding="utf-8")
     assert "not synthetic" in md and "4 questions with at least 9 samples (1 with fewer left out)" in md
     assert "fitted on `gsm8k-train-cot-t0.7-p0.9-m384`" in md and "seed 0" in md and "3 seeded permutations" in md
+
+
+def test_a_policy_debates_beside_the_rules_on_the_same_samples(tmp_path):
+    """The committed bank-world policy on a bank of two real questions (8 samples each): its row pairs with the
+    rules' by question, counts the samples it drew from the bank, and the report says where it stands."""
+    from tests.envs.test_bank_world import bank
+
+    bank(tmp_path / "bank")
+    out = tmp_path / "out"
+    assert B.main(["--bank", str(tmp_path / "bank"), "--out", str(out), "--orders", "4", "--n-boot", "50",
+                   "--width", "8", "--fit-split", "none", "--policy", "results/policy-bank-gsm8k-p0.05"]) == 0
+    rows = list(csv.DictReader((out / "summary.csv").open(encoding="utf-8")))
+    dear = rows[-1]
+    assert (dear["rule"], dear["policy"], dear["stored_accuracy"]) == ("dear", "results/policy-bank-gsm8k-p0.05", "")
+    assert {r["shelf"] for r in rows} == {"gsm8k-test-cot-t0.7-p0.9-m384"}
+    assert dear["n_questions"] == "2" and 1 <= float(dear["samples_per_question"]) <= 8
+    assert 0 <= float(dear["accuracy"]) <= 1 and float(dear["tokens_per_question"]) >= 70  # 50 + 20 a sample
+    md = (out / "summary.md").read_text(encoding="utf-8")
+    assert "DEAR in the bank world, against the rules:" in md and "4 bank-world debates a question" in md
+    assert re.search(r"against `adaptive-sc-2-from-2` at \d\.\d\d × its tokens; (on the frontier|dominated by)", md)
 
 
 def test_the_report_refuses_to_fit_on_the_reported_shelf(tmp_path):

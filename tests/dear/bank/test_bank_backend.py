@@ -72,6 +72,21 @@ def test_an_exhausted_bank_is_a_clear_error(tmp_path):
     assert sum(t.error is None for t in d.trace.rounds[0]) == 5  # the other requests were served
 
 
+def test_a_width_reads_only_the_first_stored_samples(tmp_path):
+    """width=3 of 5 stored: a debate draws samples 0-2 only (as eval.bank_replay's rules read them) and a fourth
+    request is beyond the bank world (an error naming the width), though samples 3 and 4 are stored."""
+    backend = BankBackend(_bank(tmp_path), "gsm8k", "test", width=3)
+    (d,) = _run(backend, n_agents=3, seeds=(5,))
+    assert sorted(t.source.rsplit("#", 1)[1] for t in d.trace.rounds[0]) == ["0", "1", "2"]
+    (d,) = _run(backend, n_agents=4)
+    assert d.trace.failed and "reads 3 samples of a question (width)" in d.trace.error
+    full, narrow = BankBackend(_bank(tmp_path), "gsm8k", "test"), BankBackend(_bank(tmp_path), "gsm8k", "test", width=5)
+    texts = lambda b: [t.text for t in _run(b, n_agents=5, seeds=(9,))[0].trace.rounds[0]]  # noqa: E731
+    assert texts(full) == texts(narrow)  # a width holding every sample changes no order
+    with pytest.raises(BackendError, match="width"):
+        BankBackend(_bank(tmp_path), "gsm8k", "test", width=0)
+
+
 def test_revise_turns_need_a_live_backend(tmp_path):
     from dear.debate.protocols import MADProtocol
 

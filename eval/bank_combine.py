@@ -1,0 +1,197 @@
+"""`python -m eval.bank_combine`: one report over several `eval.bank_replay` reports (one per benchmark), and the
+real evaluation's goal checked for every DEAR policy row they hold.
+
+    python -m eval.bank_combine --out results/bank-report \\
+        results/bank-replay-gsm8k-test-n200-dear results/bank-replay-math500-test-dear results/bank-replay-gpqa-test-dear
+
+Each directory's `summary.csv` is read as written (rows, paired differences to adaptive SC from 2 until 2 agree,
+frontier flags); nothing is recomputed, so every number keeps the command in its directory's `summary.md`.
+`OUT/summary.md` puts the rows side by side (one column group per benchmark) and checks, per policy row and
+benchmark, the goal of a real evaluation (issue 56):
+
+- on the accuracy–token frontier of its benchmark's rows;
+- on GSM8K, accuracy at least the baseline's minus `GOAL_POINTS`, the paired interval's lower bound at least
+  `GOAL_FLOOR`, at most `GOAL_TOKENS` × the baseline's tokens;
+- no confidence rule (CISC, confident stop) dominates it.
+
+Real and synthetic reports are never combined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dear.atomic import atomic_write_text
+from dear.cli import command_line
+from dear.cli import run as run_cli
+
+PROG = "python -m eval.bank_combine"
+BASELINE = "adaptive-sc-2-from-2"  # eval.bank_replay.BASELINE (floor 4 siblings: not imported)
+GOAL_BENCHMARK = "gsm8k"
+GOAL_POINTS, GOAL_FLOOR, GOAL_TOKENS = 0.01, -0.03, 0.75
+CONFIDENCE_RULES = ("cisc-", "confident-stop")
+NEEDED = ("label", "rule", "accuracy", "minus_baseline", "diff_ci_low", "diff_ci_high", "tokens_per_question",
+          "on_frontier", "n_questions", "synthetic", "shelf", "benchmark", "policy")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    rule: str
+    policy: str  # "" for a sampling rule
+    accuracy: float
+    diff: tuple[float, float, float]  # minus the baseline: mean, low, high
+    tokens: float
+    frontier: bool
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One bank_replay report: its shelf, question count and rows."""
+
+    path: Path
+    benchmark: str
+    shelf: str
+    n_questions: int
+    synthetic: bool
+    rows: tuple[Row, ...]
+
+    @property
+    def baseline(self) -> Row:
+        return next(r for r in self.rows if r.rule == BASELINE)
+
+
+def read_report(path: Path) -> Benchmark:
+    """A bank_replay directory's summary.csv; ValueError naming the file and what is missing."""
+    f = path / "summary.csv"
+    if not f.is_file():
+        raise ValueError(f"{f}: not found (give eval.bank_replay output directories)")
+    with f.open(encoding="utf-8", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    missing = [c for c in NEEDED if not table or c not in table[0]]
+    if missing:
+        raise ValueError(f"{f}: no column {', '.join(missing)}; write the report again with the current "
+                         "python -m eval.bank_replay")
+    rows = tuple(Row(r["label"], r["rule"], r["policy"], float(r["accuracy"]),
+                     (float(r["minus_baseline"]), float(r["diff_ci_low"]), float(r["diff_ci_high"])),
+                     float(r["tokens_per_question"]), r["on_frontier"] == "True") for r in table)
+    if not any(r.rule == BASELINE for r in rows):
+        raise ValueError(f"{f}: no row of the baseline {BASELINE}")
+    if len({(r["benchmark"], r["shelf"], r["synthetic"]) for r in table}) != 1:
+        raise ValueError(f"{f}: rows of several shelves")
+    first = table[0]
+    return Benchmark(path, first["benchmark"], first["shelf"], int(first["n_questions"]), first["synthetic"] == "True",
+                     rows)
+
+
+def dominating(b: Benchmark, row: Row) -> list[Row]:
+    """The benchmark's other rows with accuracy >= and tokens <= the row's, strictly better in one."""
+    return [o for o in b.rows if o is not row and o.accuracy >= row.accuracy and o.tokens <= row.tokens
+            and (o.accuracy, o.tokens) != (row.accuracy, row.tokens)]
+
+
+@dataclass(frozen=True)
+class GoalCheck:
+    """The goal's parts for one policy row on one benchmark (None: the part does not apply there)."""
+
+    frontier: bool
+    accuracy_ok: bool | None
+    floor_ok: bool | None
+    tokens_ratio: float
+    tokens_ok: bool | None
+    confidence_dominators: tuple[str, ...]
+
+    @property
+    def met(self) -> bool:
+        return (self.frontier and not self.confidence_dominators
+                and all(x is not False for x in (self.accuracy_ok, self.floor_ok, self.tokens_ok)))
+
+
+def check_goal(b: Benchmark, row: Row) -> GoalCheck:
+    ratio = row.tokens / b.baseline.tokens
+    on_goal = b.benchmark == GOAL_BENCHMARK
+    mean, low, _ = row.diff
+    conf = tuple(o.label for o in dominating(b, row) if o.rule.startswith(CONFIDENCE_RULES))
+    return GoalCheck(row.frontier, mean >= -GOAL_POINTS if on_goal else None, low >= GOAL_FLOOR if on_goal else None,
+                     ratio, ratio <= GOAL_TOKENS if on_goal else None, conf)
+
+
+def _pts(x: float, signed: bool = False) -> str:
+    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
+def _cell(row: Row | None) -> str:
+    if row is None:
+        return "– | – | –"
+    mean, low, high = row.diff
+    star = " ★" if row.frontier else ""
+    return f"{_pts(row.accuracy)}{star} | {_pts(mean, True)} [{_pts(low, True)}, {_pts(high, True)}] | {row.tokens:.0f}"
+
+
+def _yes(x: bool | None) -> str:
+    return "–" if x is None else "yes" if x else "**no**"
+
+
+def markdown(benches: Sequence[Benchmark], command: str) -> str:
+    real = not benches[0].synthetic
+    lines = ["# Sampling rules and DEAR on the sample banks, side by side", "", f"Command: `{command}`", "",
+             ("Every number is a replay of the real model's stored samples (no model called, nothing simulated)."
+              if real else "SYNTHETIC: the shelves were generated by a simulated backend."), "",
+             "Sources (each with its command in its `summary.md`): " + "; ".join(
+                 f"`{b.path}` ({b.benchmark}, shelf `{b.shelf}`, {b.n_questions} questions)" for b in benches) + ".",
+             "", f"Per benchmark: order-averaged accuracy % (★ on that benchmark's accuracy–token frontier), its "
+             f"difference to `{BASELINE}` in points with the paired bootstrap 95 % CI, tokens per question. A row "
+             "absent from a report is –.", ""]
+    head = "| row | " + " | ".join(f"{b.benchmark} acc % | Δ [95 % CI] | tokens" for b in benches) + " |"
+    lines += [head, "|---|" + "---:|---|---:|" * len(benches)]
+    labels = list(dict.fromkeys(r.label for b in benches for r in b.rows))
+    for label in labels:
+        cells = [_cell(next((r for r in b.rows if r.label == label), None)) for b in benches]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "## The goal, per DEAR policy and benchmark", "",
+              f"Goal: on every benchmark on the frontier and dominated by no confidence rule; on {GOAL_BENCHMARK} "
+              f"also Δ ≥ {_pts(-GOAL_POINTS, True)} points, the CI's lower bound ≥ {_pts(GOAL_FLOOR, True)}, "
+              f"tokens ≤ {GOAL_TOKENS:g} × the baseline's.", "",
+              "| policy | benchmark | frontier | Δ ok | CI floor ok | tokens × baseline | tokens ok | dominating "
+              "confidence rules | goal met |", "|---|---|:-:|:-:|:-:|---:|:-:|---|:-:|"]
+    policies = list(dict.fromkeys(r.policy for b in benches for r in b.rows if r.policy))
+    for policy in policies:
+        for b in benches:
+            row = next((r for r in b.rows if r.policy == policy), None)
+            if row is None:
+                lines.append(f"| `{policy}` | {b.benchmark} | – | – | – | – | – | not evaluated | – |")
+                continue
+            g = check_goal(b, row)
+            lines.append(f"| `{policy}` | {b.benchmark} | {_yes(g.frontier)} | {_yes(g.accuracy_ok)} | "
+                         f"{_yes(g.floor_ok)} | {g.tokens_ratio:.2f} | {_yes(g.tokens_ok)} | "
+                         f"{', '.join(g.confidence_dominators) or 'none'} | {_yes(g.met)} |")
+    if not policies:
+        lines.append("| (no policy row: give eval.bank_replay --policy) | | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reports", nargs="+", type=Path, help="eval.bank_replay output directories")
+    p.add_argument("--out", type=Path, required=True, help="output directory (summary.md)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    benches = [read_report(p) for p in a.reports]
+    if len({b.synthetic for b in benches}) > 1:
+        raise ValueError("real and synthetic reports are never combined: "
+                         + ", ".join(f"{b.path} ({'synthetic' if b.synthetic else 'real'})" for b in benches))
+    a.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(a.out / "summary.md", markdown(benches, command_line(PROG, argv)))
+    print((a.out / "summary.md").read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, PROG)

@@ -1,0 +1,78 @@
+"""eval.bank_combine: the goal of a real evaluation checked on constructed rows, and the side-by-side report."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from eval import bank_combine as C
+from eval import bank_replay as B
+from tests.eval.test_bank_replay import _tiny_bank
+
+
+def _row(label, rule, accuracy, tokens, diff=(0.0, 0.0, 0.0), frontier=True, policy=""):
+    return C.Row(label, rule, policy, accuracy, diff, tokens, frontier)
+
+
+def _bench(benchmark, *rows):
+    base = _row("adaptive SC", C.BASELINE, 0.62, 1400)
+    return C.Benchmark(Path("x"), benchmark, "shelf", 200, False, (base, *rows))
+
+
+def test_the_goal_on_gsm8k_needs_accuracy_floor_and_a_quarter_fewer_tokens():
+    cheap = _row("DEAR", "dear", 0.615, 1000, (-0.005, -0.02, 0.01), policy="p")
+    g = C.check_goal(_bench("gsm8k", cheap), cheap)
+    assert (g.accuracy_ok, g.floor_ok, g.tokens_ok, g.met) == (True, True, True, True)
+    assert g.tokens_ratio == pytest.approx(1000 / 1400)
+    wide = _row("DEAR", "dear", 0.615, 1000, (-0.005, -0.031, 0.01), policy="p")  # the CI reaches below -3 points
+    assert not C.check_goal(_bench("gsm8k", wide), wide).met
+    dear = _row("DEAR", "dear", 0.615, 1100, (-0.005, -0.02, 0.01), policy="p")  # 0.79 x the tokens
+    assert C.check_goal(_bench("gsm8k", dear), dear).tokens_ok is False
+    # elsewhere only the frontier and the confidence rules count
+    g = C.check_goal(_bench("math500", dear), dear)
+    assert (g.accuracy_ok, g.tokens_ok, g.met) == (None, None, True)
+
+
+def test_a_dominating_confidence_rule_fails_the_goal_and_is_named():
+    dear = _row("DEAR", "dear", 0.60, 1100, (-0.02, -0.03, 0.0), frontier=False, policy="p")
+    cisc = _row("CISC-3", "cisc-3", 0.61, 1100)
+    sc = _row("SC-3", "sc-3", 0.60, 1000)  # dominates too, but is no confidence rule
+    g = C.check_goal(_bench("gpqa_diamond", dear, cisc, sc), dear)
+    assert g.confidence_dominators == ("CISC-3",) and not g.met
+
+
+def _report(tmp_path, name, synthetic=False):
+    out = tmp_path / name
+    _tiny_bank(tmp_path / f"bank-{name}")
+    assert B.main(["--bank", str(tmp_path / f"bank-{name}"), "--out", str(out), "--orders", "2", "--n-boot", "20"]) == 0
+    if synthetic:
+        rows = list(csv.DictReader((out / "summary.csv").open(encoding="utf-8")))
+        for r in rows:
+            r["synthetic"] = "True"
+        with (out / "summary.csv").open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return out
+
+
+def test_reports_side_by_side(tmp_path):
+    a, b = _report(tmp_path, "a"), _report(tmp_path, "b")
+    assert C.main([str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert md.count("gsm8k acc %") == 2 and "| SC-9 |" in md and "no policy row" in md
+    assert "real model's stored samples" in md
+
+
+def test_bad_input_is_refused_with_the_file_named(tmp_path):
+    real, fake = _report(tmp_path, "a"), _report(tmp_path, "b", synthetic=True)
+    with pytest.raises(ValueError, match="never combined"):
+        C.main([str(real), str(fake), "--out", str(tmp_path / "out")])
+    with pytest.raises(ValueError, match="summary.csv: not found"):
+        C.main([str(tmp_path), "--out", str(tmp_path / "out")])
+    rows = (real / "summary.csv").read_text(encoding="utf-8").replace(",policy", ",x")
+    (real / "summary.csv").write_text(rows, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"summary.csv: no column policy"):
+        C.main([str(real), "--out", str(tmp_path / "out")])
