@@ -10,9 +10,7 @@ confidences, fixed before any reported question is read) is one row, replayed on
 reported shelf over the same seeded orders as `eval.bank_replay`, with CISC's tau fitted on the training shelf.
 Nothing is chosen on the reported questions: the curve shows the family, not a method. Each row gives its accuracy,
 tokens and their ratio to adaptive SC from 2 (until 2 agree), the paired 95 % bootstrap interval of the accuracy
-difference to it, and whether the row has the shape issue 56 asks of DEAR: at most `GOAL_TOKENS` × adaptive SC's
-tokens, at least adaptive SC's accuracy minus `GOAL_POINTS` point, the interval's lower bound at least
-−`GOAL_LOWER` points.
+difference to it, and whether the row has the shape issue 56 asks of DEAR (`eval.goal`).
 
 Writes OUT/curve.md and OUT/curve.csv.
 """
@@ -35,13 +33,11 @@ from dear.cli import run as run_cli
 from dear.confidence import SUMMARIES
 from dear.debate.replay_orders import QUANTILE_LEVELS, fit_tau, permuted, threshold_grid
 from dear.debate.sampling_rules import CONFIDENT_STOP, DEFAULT_PARAMS, RuleParams, stops_at_first
+from eval import goal
 from eval.bank_replay import BASELINE, STOP_TAU_K, RowResult, RowSpec, evaluate, find_shelf, load
 
 log = logging.getLogger("eval.threshold_curve")
 PROG = "python -m eval.threshold_curve"
-GOAL_TOKENS = 0.75  # issue 56: at most this share of adaptive SC's tokens per question
-GOAL_POINTS = 1.0  # ... at least its accuracy minus this many points
-GOAL_LOWER = 3.0  # ... with the paired interval's lower bound at least minus this many points
 
 
 def curve_rows(questions, thresholds: Sequence[float], tau: float) -> list[RowResult]:
@@ -57,8 +53,7 @@ def first_stop_share(questions, threshold: float) -> float:
 
 
 def meets_goal(row: RowResult, base: RowResult, diff: metrics.CI) -> bool:
-    return (row.tokens <= GOAL_TOKENS * base.tokens and 100 * diff.mean >= -GOAL_POINTS
-            and 100 * diff.low >= -GOAL_LOWER)
+    return goal.tokens_ok(row.tokens, base.tokens) and goal.accuracy_ok(diff)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -105,27 +100,27 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"`{test_key.name}` ({len(test.questions)} questions), first {a.width} samples, {a.orders} seeded orders "
              f"(seed {a.seed}). Nothing is chosen on the reported questions. Baseline `{BASELINE}`: test "
              f"{100 * base_test.accuracy:.1f} % at {base_test.tokens:.0f} tokens, train {100 * base_fit.accuracy:.1f} % "
-             f"at {base_fit.tokens:.0f}. Goal shape (issue 56): tokens ≤ {GOAL_TOKENS:g} × the baseline's, difference ≥ "
-             f"−{GOAL_POINTS:g} point, interval's lower bound ≥ −{GOAL_LOWER:g} points.", "",
+             f"at {base_fit.tokens:.0f}. Goal shape (issue 56): {goal.text()}.", "",
              "| threshold (quantile of train confidences) | stops at the first sample, test % | train accuracy % | "
              "train tokens/q | test accuracy % | test tokens/q | tokens / baseline's | − baseline, points [95 % CI] "
              "| goal shape |",
              "|---|---:|---:|---:|---:|---:|---:|---|:-:|"]
     rows_csv = []
     for t, level, ft, tt, d in zip(grid, levels, on_fit, on_test, diffs):
-        goal = meets_goal(tt, base_test, d)
+        shaped = meets_goal(tt, base_test, d)
         text_t = "inf" if math.isinf(t) else f"{t:.4g}"
         lines.append(f"| {text_t} ({level}) | {100 * first_stop_share(test.questions, t):.1f} | {100 * ft.accuracy:.1f} | "
                      f"{ft.tokens:.0f} | {100 * tt.accuracy:.1f} | {tt.tokens:.0f} | {tt.tokens / base_test.tokens:.2f} "
-                     f"| {100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}] | {'yes' if goal else ''} |")
+                     f"| {100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}] | {'yes' if shaped else ''} |")
         rows_csv.append({"threshold": t, "quantile": level, "train_accuracy": ft.accuracy, "train_tokens": ft.tokens,
                          "test_accuracy": tt.accuracy, "test_tokens": tt.tokens,
                          "tokens_over_baseline": tt.tokens / base_test.tokens, "minus_baseline": d.mean,
-                         "ci_low": d.low, "ci_high": d.high, "goal_shape": goal, "synthetic": False})
+                         "ci_low": d.low, "ci_high": d.high, "goal_shape": shaped, "synthetic": False})
     met = [r for r in rows_csv if r["goal_shape"]]
     lines += ["", (f"{len(met)} of {len(rows_csv)} thresholds have the goal shape." if met else
                    "No threshold of the grid has the goal shape: confident stop cannot cut adaptive SC's tokens to "
-                   f"{GOAL_TOKENS:g} × while staying within {GOAL_POINTS:g} point of its accuracy on these questions."),
+                   f"{goal.TOKENS:g} × while staying within {100 * goal.POINTS:g} point of its accuracy on these "
+                   "questions."),
               ""]
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "curve.md", "\n".join(lines))
