@@ -4,17 +4,20 @@ the reported questions themselves — an upper bound on the family, never a meth
     python -m eval.stop_bound --width 8 --out results/stop-bound-gsm8k-test-n200
 
 A state is what the bank world's policy sees before it decides: n samples drawn, the leading answer held by k of
-them, and the first sample's confidence. The family: at the first sample stop always, never, or when its confidence
-(`--summary`) clears a threshold of the training grid (`dear.debate.replay_orders.threshold_grid` on the fit shelf);
-at n = 2 … width − 1 stop when k ≥ 1 (always), 2, 3 or never; at n = width stop. Each rule is scored with the plain
-vote and with the confidence-weighted vote (CISC, tau fitted for CISC-3 on the fit shelf), over the same seeded
-orders as `eval.bank_replay`. DEAR's bank-world policy reads these states (its stop and how many it draws; its
-observation holds every agent's confidence, not the first sample's alone), so where no rule of the family reaches
-the goal of `eval.goal` even chosen on the test questions, a policy reaching it would have to read more than (n, k)
-and the first sample's confidence.
+them, and the samples' confidences. Two families, each rule at the first sample stopping always, never, or when its
+confidence (`--summary`) clears a threshold of the training grid (`dear.debate.replay_orders.threshold_grid` on the
+fit shelf), and at n = width always:
+- **count rules**: at n = 2 … width − 1 stop when k ≥ 1 (always), 2, 3 or never; scored with the plain vote and
+  with the confidence-weighted vote (CISC, tau fitted for CISC-3 on the fit shelf);
+- **share rules**: from n = 2 (or 3) on, stop when the confidence-weighted leader's share of the CISC weights is at
+  least s (s = 0.5 … 1 by `SHARE_STEP`); scored with the weighted vote.
+Every rule is replayed over the same seeded orders as `eval.bank_replay`. DEAR's bank-world policy reads these
+states (its stop and how many it draws; every agent's confidence), so where no rule reaches the goal of `eval.goal`
+even chosen on the test questions, a policy reaching it would have to read more than these states hold.
 
-Writes OUT/bound.md (the family's accuracy–token frontier up to the baseline's tokens, and the best rule within
-the goal's token budget with its paired 95 % interval against adaptive SC from 2 until 2 agree) and OUT/bound.csv.
+Writes OUT/bound.md (per family the best rule within the goal's token budget, with its paired 95 % interval against
+adaptive SC from 2 until 2 agree; the joint accuracy–token frontier up to the baseline's tokens) and OUT/bound.csv
+(the frontier).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from eval.bank_replay import DEFAULT_BANK, STOP_TAU_K, find_shelf, load
 PROG = "python -m eval.stop_bound"
 NEVER = math.inf  # a leader count no state reaches: never stop there
 LATER_CHOICES = (1, 2, 3, NEVER)  # stop at n >= 2 when the leader holds at least this many samples
+SHARE_STEP = 0.025  # the share rules' grid of s
+SHARE_FROM = (2, 3)  # the share rules' first n
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Paths:
     first sample's confidence (-inf when it has none or no answer) and the question each debate belongs to."""
 
     leader: np.ndarray  # (debates, width)
+    share: np.ndarray  # the confidence-weighted leader's share of the CISC weights
     plain: np.ndarray
     weighted: np.ndarray
     tokens: np.ndarray
@@ -62,23 +68,34 @@ class Paths:
 
 
 def paths_of(questions: Sequence[ReplayQuestion], tau: float) -> Paths:
-    rows: dict[str, list] = {k: [] for k in ("leader", "plain", "weighted", "tokens", "first", "question")}
+    names = ("leader", "share", "plain", "weighted", "tokens", "first", "question")
+    rows: dict[str, list] = {k: [] for k in names}
     for qi, q in enumerate(questions):
         for order in q.orders:
             s = permuted(q.samples, order)
             conf = s.confidence or (None,) * len(s.keys)
-            leader, plain, weighted, tokens = [], [], [], []
+            leader, share, plain, weighted, tokens = [], [], [], [], []
             for n in range(1, len(s.keys) + 1):
                 keys, right = list(s.keys[:n]), key_correct(list(s.keys[:n]), list(s.correct[:n]))
+                weights = cisc_weights(conf[:n], tau)
                 leader.append(tally(keys).top)
+                share.append(leader_share(keys, weights))
                 plain.append(tally(keys).score(right))
-                weighted.append(weighted_tally(keys, cisc_weights(conf[:n], tau)).score(right))
+                weighted.append(weighted_tally(keys, weights).score(right))
                 tokens.append(sum(s.tokens[:n]))
             first = conf[0] if s.keys[0] is not None and conf[0] is not None else -math.inf
-            for k, v in zip(rows, (leader, plain, weighted, tokens, first, qi)):
+            for k, v in zip(names, (leader, share, plain, weighted, tokens, first, qi)):
                 rows[k].append(v)
-    return Paths(*(np.asarray(rows[k], dtype=float) for k in ("leader", "plain", "weighted", "tokens", "first")),
-                 np.asarray(rows["question"], dtype=int))
+    return Paths(*(np.asarray(rows[k], dtype=float) for k in names[:-1]), np.asarray(rows["question"], dtype=int))
+
+
+def leader_share(keys: Sequence[str | None], weights: Sequence[float]) -> float:
+    """The heaviest answer's share of all the voters' weight (a voter without an answer dilutes it; 0: none)."""
+    mass: dict[str, float] = {}
+    for k, w in zip(keys, weights):
+        if k is not None:
+            mass[k] = mass.get(k, 0.0) + w
+    return max(mass.values(), default=0.0) / (sum(weights) or 1.0)
 
 
 @dataclass(frozen=True)
@@ -96,10 +113,28 @@ class StopRule:
         return f"n=1: {first}; n=2…: {later}; {'weighted' if self.weighted else 'plain'} vote"
 
 
-def stop_index(p: Paths, rule: StopRule) -> np.ndarray:
+@dataclass(frozen=True)
+class ShareRule:
+    """Stop at the first sample when its confidence >= `first`; from draw `start` on when the confidence-weighted
+    leader's share >= `share`; at the last draw always. Votes with the weights."""
+
+    first: float
+    share: float
+    start: int
+    weighted: bool = True
+
+    def describe(self, levels: dict[float, str]) -> str:
+        first = {-math.inf: "always", math.inf: "never"}.get(self.first, f"conf ≥ {levels.get(self.first, '')}")
+        return f"n=1: {first}; from n={self.start}: weighted share ≥ {self.share:.3g}; weighted vote"
+
+
+def stop_index(p: Paths, rule: StopRule | ShareRule) -> np.ndarray:
     """Each debate's draw index (0-based) at which the rule stops."""
-    need = np.array([NEVER, *rule.later, 1.0])  # the first column is decided by confidence
-    stop = p.leader >= need[None, :]
+    if isinstance(rule, ShareRule):
+        stop = p.share >= rule.share
+        stop[:, :rule.start - 1] = False
+    else:
+        stop = p.leader >= np.array([NEVER, *rule.later, 1.0])[None, :]  # the first column: by confidence
     stop[:, 0] = p.first_confidence >= rule.first
     stop[:, -1] = True
     return stop.argmax(axis=1)
@@ -110,17 +145,19 @@ def per_question(p: Paths, values: np.ndarray) -> np.ndarray:
     return np.bincount(p.question, weights=values) / np.bincount(p.question)
 
 
-def outcome(p: Paths, rule: StopRule) -> tuple[np.ndarray, float]:
+def outcome(p: Paths, rule: StopRule | ShareRule) -> tuple[np.ndarray, float]:
     """The rule's per-question order-averaged scores and its tokens per question."""
     idx, rows = stop_index(p, rule), np.arange(len(p.leader))
     scores = (p.weighted if rule.weighted else p.plain)[rows, idx]
     return per_question(p, scores), float(p.tokens[rows, idx].mean())
 
 
-def family(width: int, thresholds: Sequence[float]) -> list[StopRule]:
+def families(width: int, thresholds: Sequence[float]) -> dict[str, list[StopRule | ShareRule]]:
     firsts = (-math.inf, *[t for t in thresholds if math.isfinite(t)], math.inf)
-    return [StopRule(f, tuple(later), w) for f in firsts
-            for later in itertools.product(LATER_CHOICES, repeat=width - 2) for w in (False, True)]
+    shares = np.round(np.arange(0.5, 1.0 + 1e-9, SHARE_STEP), 6)
+    return {"count rules": [StopRule(f, tuple(later), w) for f in firsts
+                            for later in itertools.product(LATER_CHOICES, repeat=width - 2) for w in (False, True)],
+            "share rules": [ShareRule(f, float(s), start) for f in firsts for s in shares for start in SHARE_FROM]}
 
 
 def frontier(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -155,6 +192,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
+@dataclass(frozen=True)
+class Scored:
+    family: str
+    rule: StopRule | ShareRule
+    scores: np.ndarray  # per question, order-averaged
+    tokens: float
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.scores.mean())
+
+
+def best_within(scored: Sequence[Scored], budget: float) -> Scored | None:
+    """The most accurate rule spending at most `budget` tokens per question (ties: the cheaper)."""
+    within = [x for x in scored if x.tokens <= budget]
+    return max(within, key=lambda x: (x.accuracy, -x.tokens)) if within else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     bank = Bank.open(a.bank)
@@ -167,52 +222,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     tau = fit_tau(fit.questions, STOP_TAU_K).value
     grid = threshold_grid(fit.questions)
     paths = paths_of(test.questions, tau)
-    rules = family(a.width, grid)
-    results = [outcome(paths, r) for r in rules]
-    points = [(float(s.mean()), t) for s, t in results]
-    base_rule = StopRule(math.inf, (2.0,) * (a.width - 2), False)  # adaptive SC from 1 (= from 2) until 2 agree
-    base_scores, base_tokens = outcome(paths, base_rule)
+    scored = [Scored(name, r, *outcome(paths, r)) for name, rules in families(a.width, grid).items() for r in rules]
+    base_scores, base_tokens = outcome(paths, StopRule(math.inf, (2.0,) * (a.width - 2), False))  # adaptive SC
     levels = {t: f"{t:.4g}" for t in grid}
     budget = goal.TOKENS * base_tokens
-    within = [i for i, (_, t) in enumerate(points) if t <= budget]
-    best = max(within, key=lambda i: (points[i][0], -points[i][1])) if within else None
     synthetic = is_synthetic(test.llm) or is_synthetic(fit.llm)
     source = ("SYNTHETIC: the shelves were generated by a simulated backend." if synthetic else
               f"Real replayed samples of `{bank.manifest['model_file']}` (bank `{shown_path(a.bank)}`), no model "
               "called, nothing synthetic.")
-    lines = [f"# Every stop rule of a state family, chosen on the reported questions: {test_key.benchmark} "
+    counts = ", ".join(f"{sum(x.family == f for x in scored)} {f}" for f in dict.fromkeys(x.family for x in scored))
+    lines = [f"# Every stop rule of two state families, chosen on the reported questions: {test_key.benchmark} "
              f"{test_key.split}", "", f"Command: `{command_line(PROG, argv)}`", "",
-             f"{source} {len(rules)} rules (module docstring) on `{test_key.name}` ({len(test.questions)} "
-             f"questions, first {a.width} samples, {a.orders} seeded orders, seed {a.seed}); the first sample's "
-             f"thresholds are the `{a.summary}` quantiles of `{fit_key.name}`, CISC tau {tau:g} fitted there. "
-             "**Chosen on the reported questions: an upper bound on the family, not a method.**", "",
-             f"Baseline, adaptive SC from 2 until 2 agree (the family's rule that stops at k ≥ 2 from n = 2 on): "
+             f"{source} {counts} (module docstring) on `{test_key.name}` ({len(test.questions)} questions, first "
+             f"{a.width} samples, {a.orders} seeded orders, seed {a.seed}); the first sample's thresholds are the "
+             f"`{a.summary}` quantiles of `{fit_key.name}`, CISC tau {tau:g} fitted there. **Chosen on the reported "
+             "questions: an upper bound on each family, not a method.**", "",
+             f"Baseline, adaptive SC from 2 until 2 agree (the count rule that stops at k ≥ 2 from n = 2 on): "
              f"{100 * base_scores.mean():.1f} % at {base_tokens:.0f} tokens/question. Goal ({goal.BENCHMARK}): "
-             f"{goal.text()}; token budget {budget:.0f}.", ""]
-    if best is None:
-        lines.append("No rule of the family spends within the budget.")
-    else:
-        d = metrics.paired_bootstrap_diff(results[best][0], base_scores, n_boot=a.n_boot, seed=a.seed)
-        met = goal.accuracy_ok(d)
-        lines.append(f"Best rule within the budget: {rules[best].describe(levels)} — {100 * points[best][0]:.1f} % at "
-                     f"{points[best][1]:.0f} tokens ({points[best][1] / base_tokens:.2f} ×), "
-                     f"{100 * d.mean:+.1f} points [{100 * d.low:+.1f}, {100 * d.high:+.1f}] against the baseline: "
-                     + ("the goal is within the family's reach." if met else
-                        "**no rule of the family meets the goal, even chosen on these questions.**"))
-    lines += ["", "The family's accuracy–token frontier up to the baseline's tokens:", "",
-              "| rule | accuracy % | tokens/question | tokens / baseline's |", "|---|---:|---:|---:|"]
-    shown = [i for i in frontier(points) if points[i][1] <= 1.05 * base_tokens]
-    for i in shown:
-        lines.append(f"| {rules[i].describe(levels)} | {100 * points[i][0]:.1f} | {points[i][1]:.0f} | "
-                     f"{points[i][1] / base_tokens:.2f} |")
+             f"{goal.text()}; token budget {budget:.0f}.", "",
+             "| family | best rule within the budget | accuracy % | tokens/question | tokens / baseline's | − baseline, "
+             "points [95 % CI] | goal met |", "|---|---|---:|---:|---:|---|:-:|"]
+    for family in dict.fromkeys(x.family for x in scored):
+        best = best_within([x for x in scored if x.family == family], budget)
+        if best is None:
+            lines.append(f"| {family} | none spends within the budget | | | | | no |")
+            continue
+        d = metrics.paired_bootstrap_diff(best.scores, base_scores, n_boot=a.n_boot, seed=a.seed)
+        lines.append(f"| {family} | {best.rule.describe(levels)} | {100 * best.accuracy:.1f} | {best.tokens:.0f} | "
+                     f"{best.tokens / base_tokens:.2f} | {100 * d.mean:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}] "
+                     f"| {'yes' if goal.accuracy_ok(d) else '**no**'} |")
+    points = [(x.accuracy, x.tokens) for x in scored]
+    front = [scored[i] for i in frontier(points)]
+    lines += ["", "Both families' joint accuracy–token frontier up to the baseline's tokens:", "",
+              "| family | rule | accuracy % | tokens/question | tokens / baseline's |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {x.family} | {x.rule.describe(levels)} | {100 * x.accuracy:.1f} | {x.tokens:.0f} | "
+              f"{x.tokens / base_tokens:.2f} |" for x in front if x.tokens <= 1.05 * base_tokens]
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "bound.md", "\n".join(lines) + "\n")
     with (a.out / "bound.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["rule", "accuracy", "tokens_per_question", "tokens_over_baseline", "within_budget", "synthetic"])
-        for i in frontier(points):
-            w.writerow([rules[i].describe(levels), points[i][0], points[i][1], points[i][1] / base_tokens,
-                        points[i][1] <= budget, synthetic])
+        w.writerow(["family", "rule", "accuracy", "tokens_per_question", "tokens_over_baseline", "within_budget",
+                    "synthetic"])
+        for x in front:
+            w.writerow([x.family, x.rule.describe(levels), x.accuracy, x.tokens, x.tokens / base_tokens,
+                        x.tokens <= budget, synthetic])
     print("\n".join(lines))
     return 0
 

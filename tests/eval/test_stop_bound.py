@@ -13,10 +13,11 @@ from eval import stop_bound as S
 from tests.eval.test_bank_replay import _tiny_bank
 
 
-def _paths(leader, first):
+def _paths(leader, first, share=None):
     leader = np.array(leader, dtype=float)
     z = np.zeros_like(leader)
-    return S.Paths(leader, z, z, z, np.array(first, dtype=float), np.zeros(len(leader), dtype=int))
+    share = z if share is None else np.array(share, dtype=float)
+    return S.Paths(leader, share, z, z, z, np.array(first, dtype=float), np.zeros(len(leader), dtype=int))
 
 
 def test_where_a_rule_stops():
@@ -25,6 +26,14 @@ def test_where_a_rule_stops():
     assert list(S.stop_index(p, S.StopRule(-0.2, (2, 2), False))) == [0, 1, 3]  # the confident first sample stops
     assert list(S.stop_index(p, S.StopRule(-math.inf, (2, 2), False))) == [0, 0, 0]  # always at the first
     assert list(S.stop_index(p, S.StopRule(math.inf, (S.NEVER, 1), False))) == [2, 2, 2]  # any leader at n = 3
+    p = _paths([[1] * 4] * 2, [-0.1, -0.5], share=[[1.0, 0.7, 0.5, 0.4], [1.0, 0.5, 0.8, 0.6]])
+    assert list(S.stop_index(p, S.ShareRule(math.inf, 0.6, 2))) == [1, 2]
+    assert list(S.stop_index(p, S.ShareRule(-0.2, 0.6, 3))) == [0, 2]  # from n = 3 on; the first stops by confidence
+
+
+def test_the_leader_share_counts_unanswered_weight():
+    assert S.leader_share(["7", None, "7", "3"], [0.4, 0.2, 0.1, 0.3]) == pytest.approx(0.5)
+    assert S.leader_share([None, None], [0.5, 0.5]) == 0.0
 
 
 def test_the_familys_adaptive_sc_is_the_replayed_rule(tmp_path):
@@ -38,7 +47,7 @@ def test_the_familys_adaptive_sc_is_the_replayed_rule(tmp_path):
     base = replay[B.BASELINE]
     md = (out / "bound.md").read_text(encoding="utf-8")
     assert f"{100 * float(base['accuracy']):.1f} % at {float(base['tokens_per_question']):.0f} tokens/question" in md
-    assert "not a method" in md and "nothing synthetic" in md
+    assert "not a method" in md and "nothing synthetic" in md and "| count rules |" in md and "| share rules |" in md
     rows = list(csv.DictReader((out / "bound.csv").open(encoding="utf-8")))
     tokens = [float(r["tokens_per_question"]) for r in rows]
     accuracy = [float(r["accuracy"]) for r in rows]
