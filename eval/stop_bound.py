@@ -193,7 +193,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 @dataclass(frozen=True)
-class Scored:
+class ScoredRule:
     family: str
     rule: StopRule | ShareRule
     scores: np.ndarray  # per question, order-averaged
@@ -204,7 +204,7 @@ class Scored:
         return float(self.scores.mean())
 
 
-def best_within(scored: Sequence[Scored], budget: float) -> Scored | None:
+def best_within(scored: Sequence[ScoredRule], budget: float) -> ScoredRule | None:
     """The most accurate rule spending at most `budget` tokens per question (ties: the cheaper)."""
     within = [x for x in scored if x.tokens <= budget]
     return max(within, key=lambda x: (x.accuracy, -x.tokens)) if within else None
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tau = fit_tau(fit.questions, STOP_TAU_K).value
     grid = threshold_grid(fit.questions)
     paths = paths_of(test.questions, tau)
-    scored = [Scored(name, r, *outcome(paths, r)) for name, rules in families(a.width, grid).items() for r in rules]
+    scored = [ScoredRule(name, r, *outcome(paths, r)) for name, rules in families(a.width, grid).items() for r in rules]
     base_scores, base_tokens = outcome(paths, StopRule(math.inf, (2.0,) * (a.width - 2), False))  # adaptive SC
     levels = {t: f"{t:.4g}" for t in grid}
     budget = goal.TOKENS * base_tokens
