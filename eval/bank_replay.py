@@ -303,7 +303,9 @@ def policy_lines(r: Report) -> list[str]:
     for row, d, front in zip(r.rows, r.diffs, r.frontier):
         if row.spec.policy is None:
             continue
-        by = ", ".join(f"{o.spec.label} ({_pts(o.accuracy)} % at {o.tokens:.0f})" for o in dominating(r, row))
+        over = sorted(dominating(r, row), key=lambda o: (-o.accuracy, o.tokens))
+        by = ", ".join(f"{o.spec.label} ({_pts(o.accuracy)} % at {o.tokens:.0f})" for o in over[:3]) + (
+            f" and {len(over) - 3} more" if len(over) > 3 else "")
         out.append(f"- {row.spec.label} (`{row.spec.policy}`, {r.n_orders} bank-world debates a question, reading "
                    f"the same first {r.width} samples): {_pts(d.mean, True)} points [{_pts(d.low, True)}, "
                    f"{_pts(d.high, True)}] against `{BASELINE}` at {row.tokens / base.tokens:.2f} × its tokens; "
