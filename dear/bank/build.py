@@ -95,7 +95,9 @@ def build(bank: Bank, plan: BuildPlan, backend: Backend, max_in_flight: int = 1,
             shelf.append([sample_of(t, d.question.id) for t in d.trace.rounds[0]])
             bank.record(shelf, settings)
             added["n"] += 1
-        log.info("%d/%d %s (%.0f s)", added["n"], len(todo), d.question.id, time.perf_counter() - t0)
+        completion = sum(t.completion_tokens for t in d.trace.rounds[0])
+        log.info("%d/%d %s: %d completion tokens (%.0f s since the start)", added["n"], len(todo), d.question.id,
+                 completion, time.perf_counter() - t0)
 
     with bar:
         DebateEngine(backend, cfg).run_concurrent(todo, MajorityProtocol(), max_in_flight, on_done=on_done)
