@@ -30,9 +30,10 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dear import tasks
 from dear.atomic import write_json
@@ -197,14 +198,16 @@ class BankDebates:
 
 
 def debate_bank_orders(policy: str | Path | ExportedPolicy, backend: Backend, questions: Sequence[Question], *,
-                       orders: int, max_tokens: int, seed: int = 0) -> BankDebates:
+                       orders: int, max_tokens: int, seed: int = 0,
+                       wrap: Callable[[RegulatedProtocol], Any] | None = None) -> BankDebates:
     """Debate every question `orders` times with the policy on `backend` (a bank world: `dear.bank.backend`), one
     batched engine run; debate i gets the seed derive_seed(seed, i, ORDER_SALT), so the bank serves it its own order.
-    Nothing here calls a model unless the backend does."""
+    `wrap` may put another protocol around the policy's (a random control that sets its rates each round). Nothing
+    here calls a model unless the backend does."""
     if not questions or orders < 1:
         raise ValueError(f"debate_bank_orders: need questions and orders >= 1 (got {len(questions)}, {orders})")
     with RegulatedDebater(policy, backend, max_tokens=max_tokens, seed=seed) as debater:
-        protocol = debater.protocol()
+        protocol = debater.protocol() if wrap is None else wrap(debater.protocol())
         asked = [q for q in questions for _ in range(orders)]
         seeds = [derive_seed(seed, i, ORDER_SALT) for i in range(len(asked))]
         debates = debater.engine.run(asked, protocol, debate_seeds=seeds)

@@ -29,7 +29,7 @@ from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.metrics import CI
 from eval import goal
-from eval.bank_replay import BASELINE
+from eval.bank_replay import BASELINE, POLICY_RULE
 
 PROG = "python -m eval.bank_combine"
 CONFIDENCE_RULES = ("cisc-", "confident-stop")
@@ -153,10 +153,10 @@ def markdown(benches: Sequence[Benchmark], command: str) -> str:
               f"also {goal.text()}.", "",
               "| policy | benchmark | frontier | accuracy ok | tokens × baseline | tokens ok | dominating "
               "confidence rules | goal met |", "|---|---|:-:|:-:|---:|:-:|---|:-:|"]
-    policies = list(dict.fromkeys(r.policy for b in benches for r in b.rows if r.policy))
+    policies = list(dict.fromkeys(r.policy for b in benches for r in b.rows if r.rule == POLICY_RULE))
     for policy in policies:
         for b in benches:
-            row = next((r for r in b.rows if r.policy == policy), None)
+            row = next((r for r in b.rows if r.rule == POLICY_RULE and r.policy == policy), None)
             if row is None:
                 lines.append(f"| `{policy}` | {b.benchmark} | – | – | – | – | not evaluated | – |")
                 continue

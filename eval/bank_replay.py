@@ -43,9 +43,14 @@ from dear.confidence import SUMMARIES
 from dear.debate.replay_orders import Fit, ReplayQuestion, fit_tau, fit_threshold, replayed, rotations
 from dear.debate.sampling_rules import (CONFIDENT_STOP, DEFAULT_PARAMS, RULE_SUMMARY, FittedParams, Outcome,
                                         RuleParams, is_weighted)
-from dear.infer import debate_bank_orders
+from dear.export import ExportedPolicy, load_exported
+from dear.infer import BankDebates, debate_bank_orders
+from dear.policy import JointPolicy
+from dear.tasks import Question
 from dear.llm.registry import is_synthetic
 from envs.reward import objective
+from eval.action_frequencies import action_frequencies
+from eval.methods import DensityMatched
 
 log = logging.getLogger(__name__)
 PROG = "python -m eval.bank_replay"
@@ -54,6 +59,7 @@ PROFILE, TEMPERATURE, TOP_P = "cot", 0.7, 0.9  # the bank's sampling setting the
 BASELINE = "adaptive-sc-2-from-2"
 STOP_TAU_K = 3  # confident-stop weighs its few samples (typically 2-3) with the tau fitted for cisc-3
 POLICY_RULE = "dear"  # a row of an exported policy (--policy) rather than a sampling rule
+CONTROL_RULE = "dear-random"  # its random control at its action frequencies (--random-control)
 
 
 # ---------------------------------------------------------------- loading
@@ -179,23 +185,60 @@ def policy_spec(path: str) -> RowSpec:
     return RowSpec(f"DEAR `{Path(path).name}`", POLICY_RULE, policy=path)
 
 
-def evaluate_policy(spec: RowSpec, bank: Bank, test: Loaded, width: int, n_orders: int, seed: int) -> RowResult:
-    """The exported policy debating each reported question `n_orders` times in the bank world, reading the same
-    first `width` samples the rules read (in the bank world's seeded orders, not the rules' orders: the paired
-    difference pairs questions, each averaged over its orders). No model is called: a debate that needs more samples
-    than `width`, or a revise turn, fails and scores 0."""
+def control_spec(path: str) -> RowSpec:
+    return RowSpec(f"random control of `{Path(path).name}`", CONTROL_RULE, policy=path)
+
+
+def bank_world(bank: Bank, test: Loaded, width: int) -> tuple[BankBackend, list[Question]]:
+    """The reported shelf as a bank world reading each question's first `width` samples, and its questions."""
     backend = BankBackend(bank, test.key.benchmark, test.key.split, profile=test.key.profile,
                           max_tokens=test.key.max_tokens, width=width)
     by_id = {q.id: q for q in tasks.load(test.key.benchmark, test.key.split)}
-    questions = [by_id[q.question_id] for q in test.questions]
-    run = debate_bank_orders(spec.policy, backend, questions, orders=n_orders, max_tokens=test.key.max_tokens,
-                             seed=seed)
+    return backend, [by_id[q.question_id] for q in test.questions]
+
+
+def row_of(spec: RowSpec, run: BankDebates) -> RowResult:
+    """A policy's row: per-question order-averaged scores, tokens and samples drawn per debate (failed debates, e.g.
+    needing more than `width` samples, score 0 and are logged)."""
     if failed := sum(d.failed for d in run.debates):
         log.warning("%s: %d of %d debates failed (scored 0)", spec.label, failed, len(run.debates))
     scores = run.scores_by_question()
     drawn = [sum((t.source or "").startswith("bank:") for turns in d.trace.rounds for t in turns) for d in run.debates]
-    return RowResult(spec, tuple(float(np.mean(scores[q.id])) for q in questions), None,
+    return RowResult(spec, tuple(float(np.mean(scores[q.id])) for q in run.questions), None,
                      float(np.mean([d.trace.total_tokens for d in run.debates])), float(np.mean(drawn)))
+
+
+def evaluate_policy(path: str, bank: Bank, test: Loaded, width: int, n_orders: int, seed: int,
+                    control: bool = False) -> list[RowResult]:
+    """The exported policy debating each reported question `n_orders` times in the bank world, reading the same
+    first `width` samples the rules read (in the bank world's seeded orders, not the rules' orders: the paired
+    difference pairs questions, each averaged over its orders). No model is called. With `control`, also its random
+    control (`random_control`) on the same debates' seeds."""
+    exported = load_exported(path)
+    backend, questions = bank_world(bank, test, width)
+    run = debate_bank_orders(exported, backend, questions, orders=n_orders, max_tokens=test.key.max_tokens, seed=seed)
+    rows = [row_of(policy_spec(path), run)]
+    if control:
+        rows.append(row_of(control_spec(path), random_control(exported, run, backend, test, seed)))
+    return rows
+
+
+def random_control(exported: ExportedPolicy, run: BankDebates, backend: BankBackend, test: Loaded,
+                   seed: int) -> BankDebates:
+    """The policy's random control (as `eval.run`'s): each round it stops, and each agent's kind is drawn, at the
+    rates the policy realised in that round over `run` (eval/action_frequencies.py), whatever the state. What the
+    policy does not learn (a fixed kinds or stop mode) stays as it is."""
+    c = exported.policy.config
+    freq = action_frequencies([d.trace for d in run.debates if not d.failed], exported.n_rounds or 2)
+    cfg = replace(c, selection_mode="random", seed=seed,
+                  kinds_mode="random" if c.kinds_mode == "learned" else c.kinds_mode,
+                  stop_mode="random" if c.stop_mode == "learned" else c.stop_mode)
+    policy = JointPolicy(cfg)
+    policy.load_state_dict(exported.policy.state_dict())
+    policy.eval()
+    return debate_bank_orders(replace(exported, policy=policy), backend, list(run.questions), orders=run.orders,
+                              max_tokens=test.key.max_tokens, seed=seed,
+                              wrap=lambda p: DensityMatched(p, [0.0] * len(freq.stop), freq))
 
 
 # ---------------------------------------------------------------- statistics
@@ -430,6 +473,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--policy", action="append", default=[],
                    help="an exported bank-world policy (python -m dear.export) to debate the reported questions "
                         "beside the rules, --orders debates each (repeatable)")
+    p.add_argument("--random-control", action="store_true",
+                   help="with each --policy also its random control: stops and turn kinds drawn at the rates the "
+                        "policy realised each round, whatever the state")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--params-out", type=Path, default=None,
                    help="also write the fitted parameters here (what eval.run and dear.serve read: "
@@ -467,7 +513,8 @@ def build_report(a: argparse.Namespace, command: str) -> Report:
             raise ValueError(f"{x.key.name}: no question with at least {a.width} samples")
     fits = None if fit is None else fit_all(fit.questions, a.width, parse_prices(a.prices))
     rows = tuple(evaluate(spec, test.questions) for spec in row_specs(a.width, fits))
-    rows += tuple(evaluate_policy(policy_spec(p), bank, test, a.width, a.orders, a.seed) for p in a.policy)
+    rows += tuple(row for p in a.policy
+                  for row in evaluate_policy(p, bank, test, a.width, a.orders, a.seed, a.random_control))
     diffs = tuple(paired_to(rows, BASELINE, a.n_boot, a.seed))
     frontier = tuple(on_frontier([(row.accuracy, row.tokens) for row in rows]))
     return Report(command, bank, test, fit, a.summary, a.orders, a.seed, a.width, a.n_boot, rows, diffs, frontier)

@@ -94,9 +94,12 @@ def test_a_policy_debates_beside_the_rules_on_the_same_samples(tmp_path):
     bank(tmp_path / "bank")
     out = tmp_path / "out"
     assert B.main(["--bank", str(tmp_path / "bank"), "--out", str(out), "--orders", "4", "--n-boot", "50",
-                   "--width", "8", "--fit-split", "none", "--policy", "results/policy-bank-gsm8k-p0.05"]) == 0
+                   "--width", "8", "--fit-split", "none", "--policy", "results/policy-bank-gsm8k-p0.05",
+                   "--random-control"]) == 0
     rows = list(csv.DictReader((out / "summary.csv").open(encoding="utf-8")))
-    dear = rows[-1]
+    dear, control = rows[-2:]
+    assert (control["rule"], control["policy"]) == ("dear-random", "results/policy-bank-gsm8k-p0.05")
+    assert 1 <= float(control["samples_per_question"]) <= 8 and control["label"].startswith("random control")
     assert (dear["rule"], dear["policy"], dear["stored_accuracy"]) == ("dear", "results/policy-bank-gsm8k-p0.05", "")
     assert {r["shelf"] for r in rows} == {"gsm8k-test-cot-t0.7-p0.9-m384"}
     assert dear["n_questions"] == "2" and 1 <= float(dear["samples_per_question"]) <= 8
