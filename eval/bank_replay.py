@@ -453,23 +453,28 @@ def write_report(r: Report, out: Path, params_out: Path | None = None) -> None:
 
 
 # ---------------------------------------------------------------- command
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_shelf_args(p: argparse.ArgumentParser, width: int, fit_split_help: str) -> None:
+    """The options every bank replay command shares: the bank, the reported and the fit shelf, the confidence
+    summary, the width, the orders, the seed and the bootstrap."""
     p.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
     p.add_argument("--benchmark", default="gsm8k", help="the reported shelf's benchmark (default %(default)s)")
     p.add_argument("--split", default="test", help="the reported shelf's split (default %(default)s)")
     p.add_argument("--fit-benchmark", default=None, help="the fit shelf's benchmark (default: --benchmark)")
-    p.add_argument("--fit-split", default="train",
-                   help="the fit shelf's split; none = no fit, the confidence rules left out (default %(default)s)")
+    p.add_argument("--fit-split", default="train", help=f"{fit_split_help} (default %(default)s)")
     p.add_argument("--max-tokens", type=int, default=None, help="the shelves' token limit (default: the one found)")
     p.add_argument("--summary", choices=SUMMARIES, default="mean_logprob",
-                   help="the confidence summary CISC and confident stop read (default %(default)s)")
-    p.add_argument("--width", type=int, default=9, help="samples per question read (default %(default)s)")
+                   help="the confidence summary the rules read (default %(default)s)")
+    p.add_argument("--width", type=int, default=width, help="samples per question read (default %(default)s)")
     p.add_argument("--orders", type=int, default=20, help="seeded orders per question (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the orders and the bootstrap (default %(default)s)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shelf_args(p, 9, "the fit shelf's split; none = no fit, the confidence rules left out")
     p.add_argument("--prices", default="0.01,0.002",
                    help="token prices (per 1,000 tokens, in accuracy) of confident stop's fits (default %(default)s)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--policy", action="append", default=[],
                    help="an exported bank-world policy (python -m dear.export) to debate the reported questions "
                         "beside the rules, --orders debates each (repeatable)")

@@ -37,13 +37,12 @@ from dear.atomic import atomic_write_text
 from dear.bank.store import Bank, shown_path
 from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
-from dear.confidence import SUMMARIES
 from dear.debate.replay_orders import ReplayQuestion, fit_tau, permuted, threshold_grid
 from dear.debate.sampling_rules import cisc_weights
 from dear.llm.registry import is_synthetic
 from dear.vote import key_correct, tally, weighted_tally
 from eval import goal
-from eval.bank_replay import DEFAULT_BANK, STOP_TAU_K, find_shelf, load
+from eval.bank_replay import STOP_TAU_K, add_shelf_args, find_shelf, load
 
 PROG = "python -m eval.stop_bound"
 NEVER = math.inf  # a leader count no state reaches: never stop there
@@ -172,17 +171,7 @@ def frontier(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
-    p.add_argument("--benchmark", default="gsm8k", help="the reported shelf's benchmark (default %(default)s)")
-    p.add_argument("--split", default="test", help="the reported shelf's split (default %(default)s)")
-    p.add_argument("--fit-benchmark", default=None, help="the fit shelf's benchmark (default: --benchmark)")
-    p.add_argument("--fit-split", default="train", help="the shelf of the threshold grid and tau (default %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=None, help="the shelves' token limit (default: the one found)")
-    p.add_argument("--summary", choices=SUMMARIES, default="mean_logprob", help="(default %(default)s)")
-    p.add_argument("--width", type=int, default=8, help="samples per question read (default %(default)s)")
-    p.add_argument("--orders", type=int, default=20, help="seeded orders per question (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the orders and the bootstrap (default %(default)s)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
+    add_shelf_args(p, 8, "the shelf of the threshold grid and tau")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     a = p.parse_args(argv)
     require_at_least(a, 3, "width")
