@@ -11,13 +11,14 @@ Summaries (each a mean of natural-log quantities over some tokens; higher = more
 
 The per-token arrays are kept compactly (float16 / uint16, base64) in `per_token`, so that a new summary never needs
 regeneration; every summary is computed from those stored values, so a record re-summarised from a trace equals the
-one written. A turn whose backend sent no log-probabilities records `{"missing": reason}`, never a number.
+one written. A turn whose backend sent no log-probabilities records `{"missing": reason}`, never a number; a record
+computed afterwards from a stored text (teacher forcing, `eval.score_confidence`) says so in `scored_by`.
 """
 
 from __future__ import annotations
 
 import base64
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -130,22 +131,28 @@ def answer_span(text: str, answer: str | None) -> tuple[int, int] | None:
     return start, start + len(answer.encode("utf-8"))
 
 
-def confidence_dict(logprobs: TokenLogprobs | None, text: str, answer: str | None, missing: str) -> dict[str, Any]:
+def confidence_dict(logprobs: TokenLogprobs | None, text: str, answer: str | None, missing: str,
+                    scored_by: str | None = None) -> dict[str, Any]:
     """What a trace stores for one turn: the record and its per-token arrays, or `{"missing": missing}` when the
-    backend sent no log-probabilities (or no tokens)."""
+    backend sent no log-probabilities (or no tokens). `scored_by`: set when the log-probabilities were computed
+    afterwards by teacher forcing the stored text (`Backend.score`), not while sampling; stored as `SCORED_BY`."""
     if logprobs is None or not logprobs.chosen:
         return {"missing": missing}
     arrays = TokenArrays.from_logprobs(logprobs)
     k = max((len(t) for t in logprobs.top), default=0)
     record = summarise(arrays, answer_span(text, answer), k)
-    return {**asdict(record), "per_token": arrays.encode()}
+    return {**asdict(record), "per_token": arrays.encode(), **({SCORED_BY: scored_by} if scored_by else {})}
+
+
+SCORED_BY = "scored_by"  # a stored record's note of the teacher forcing that computed it (absent: live)
+_RECORD_FIELDS = frozenset(f.name for f in fields(ConfidenceRecord))
 
 
 def record_of(stored: dict[str, Any] | None) -> ConfidenceRecord | None:
     """The record of a stored turn's confidence dict; None when it has none or it is missing."""
     if not stored or "missing" in stored:
         return None
-    return ConfidenceRecord(**{k: v for k, v in stored.items() if k != "per_token"})
+    return ConfidenceRecord(**{k: v for k, v in stored.items() if k in _RECORD_FIELDS})
 
 
 def resummarise(stored: dict[str, Any], text: str, answer: str | None) -> ConfidenceRecord:

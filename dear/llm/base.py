@@ -158,6 +158,13 @@ class Backend(abc.ABC):
         """Token count with the backend's tokenizer where it has one; ~4 chars/token otherwise."""
         return max(1, len(text) // 4)
 
+    def score(self, requests: Sequence[ChatRequest], texts: Sequence[str]) -> list[Completion]:
+        """Teacher forcing: the model's log-probabilities of each stored `texts[i]` as the reply to `requests[i]`
+        (its messages; `logprobs` = alternatives per token), nothing sampled. A Completion per text, `logprobs`
+        set, or `error` set when the text could not be scored. Backends that cannot force a reply raise."""
+        raise BackendError(f"{self.model_id} cannot score stored text (teacher forcing needs a llama.cpp backend: "
+                           "local or smoke)")
+
     def serves(self, task: str, question_id: str) -> bool:
         """Whether this backend can debate the question (a sample bank holds only its banked questions); a model
         answers anything."""

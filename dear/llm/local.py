@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,12 @@ def request_payload(request: ChatRequest, extra: dict[str, Any] | None = None) -
     if extra:
         body.update(extra)
     return body
+
+
+def token_grammar(ids: Sequence[int]) -> str:
+    """A GBNF grammar that allows exactly this token sequence (llama.cpp's `<[id]>` token terminals), so a greedy
+    decode under it reproduces a stored reply token by token."""
+    return "root ::= " + " ".join(f"<[{int(i)}]>" for i in ids)
 
 
 def parse_chat_response(data: Any, latency_s: float) -> Completion:
@@ -525,10 +531,10 @@ class LocalLlamaBackend(Backend):
                 )
             time.sleep(0.01)
 
-    def _one(self, request: ChatRequest) -> Completion:
+    def _one(self, request: ChatRequest, extra: dict[str, Any] | None = None) -> Completion:
         if self._closing.is_set():
             return _error_completion(CANCELLED, 0.0)
-        body = request_payload(request, self._extra)
+        body = request_payload(request, {**self._extra, **(extra or {})})
         body["cache_prompt"] = self._cache_prompt
         # Streamed, so close() can cancel a request inside llama.cpp: the callback's True ends the stream and
         # the server cancels the task. The text and usage are gathered back into one response.
@@ -571,13 +577,44 @@ class LocalLlamaBackend(Backend):
                 return [self._one(r) for r in requests]
         return list(self._pool.map(self._one, requests))
 
-    def count_tokens(self, text: str) -> int:
-        """Exact count with the model's tokenizer (llama.cpp's /tokenize on the private local port)."""
+    def score(self, requests: Sequence[ChatRequest], texts: Sequence[str]) -> list[Completion]:
+        """Teacher forcing (`Backend.score`): each text's tokens (the tokenizer's own split of it) are forced by a
+        grammar of token ids and decoded greedily, so llama.cpp reports the log-probabilities it would have
+        reported had it sampled them (before temperature and top-p, as in `generate`). Costs what generating the
+        text costs. A reply that comes back other than the stored text is an error Completion, never a record."""
+        if len(requests) != len(texts):
+            raise ValueError(f"score: {len(requests)} requests for {len(texts)} texts")
+        if any(r.logprobs is None for r in requests):
+            raise ValueError("score: every request must ask for log-probabilities (ChatRequest.logprobs = k)")
+        if self._server is None:
+            raise BackendError("LocalLlamaBackend is closed")
+        if self.repeatable:
+            with self._serial:
+                return [self._score_one(r, t) for r, t in zip(requests, texts)]
+        return list(self._pool.map(self._score_one, requests, texts))
+
+    def _score_one(self, request: ChatRequest, text: str) -> Completion:
+        ids = self._tokenize(text)
+        if not ids:
+            return _error_completion("nothing to score: the stored text has no tokens", 0.0)
+        forced = replace(request, temperature=0.0, top_p=1.0, max_tokens=len(ids), stop=(), seed=0)
+        c = self._one(forced, {"grammar": token_grammar(ids)})
+        if c.ok and c.text != text:
+            return _error_completion(f"the forced reply differs from the stored text ({len(c.text)} vs {len(text)} "
+                                     "characters)", c.latency_s)
+        return c
+
+    def _tokenize(self, text: str) -> list[int]:
+        """The model tokenizer's ids for `text` (llama.cpp's /tokenize on the private local port; no BOS)."""
         if self._http is None:
             raise BackendError("LocalLlamaBackend is closed")
         response = self._http.post("/tokenize", json={"content": text, "add_special": False})
         response.raise_for_status()
-        return len(response.json()["tokens"])
+        return [int(t) for t in response.json()["tokens"]]
+
+    def count_tokens(self, text: str) -> int:
+        """Exact count with the model's tokenizer (llama.cpp's /tokenize on the private local port)."""
+        return len(self._tokenize(text))
 
     def close(self) -> None:
         """Stop: queued requests are dropped, those inside llama.cpp are cancelled at their next streamed chunk

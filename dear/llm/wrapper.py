@@ -5,7 +5,7 @@ shared batch (dear/serve/batching.py) each add one thing around a backend. This 
 wrapper states only what it changes:
 - identity: `model_id`, `synthetic` and `context_length` are the wrapped backend's, read at each access (a wrapper
   never holds a stale copy);
-- `generate`, `count_tokens` and `close` call the wrapped backend's (closing the wrapper closes the backend it
+- `generate`, `score`, `count_tokens` and `close` call the wrapped backend's (closing the wrapper closes the backend it
   wraps: it owns it, unless a subclass's `close` says otherwise);
 - `fill_missing(requests, results)`: for a wrapper that answers some requests itself (the cache, the call log),
   the rest from the wrapped backend in one call;
@@ -61,6 +61,9 @@ class BackendWrapper(Backend):
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
+
+    def score(self, requests: Sequence[ChatRequest], texts: Sequence[str]) -> list[Completion]:
+        return self.inner.score(requests, texts)
 
     def serves(self, task: str, question_id: str) -> bool:
         return serves(self.inner, task, question_id)

@@ -213,3 +213,30 @@ def test_speculative_decoding_keeps_the_answers_and_drafts_from_the_context():
     assert stats.drafted > 0 and 0 < stats.accepted <= stats.drafted
     with pytest.raises(ValueError, match="speculative must be one of"):
         make_backend("smoke", n_parallel=1, n_ctx=256, n_threads=THREADS, speculative="eagle")
+
+
+def test_score_reproduces_the_live_log_probabilities():
+    """Teacher forcing a sampled reply gives back exactly the log-probabilities the model reported while sampling
+    it, when both decode one request at a time (a batch of slots moves them: tests/eval/test_score_confidence.py)."""
+    single = make_backend("smoke", n_parallel=1, n_ctx=1024, n_threads=THREADS, repeatable=True)
+    try:
+        requests = [ChatRequest(PROMPT, temperature=0.9, top_p=0.95, seed=s, max_tokens=24, logprobs=3)
+                    for s in (1, 2, 3)]
+        live = single.generate(requests)
+        scored = single.score(requests, [c.text for c in live])
+    finally:
+        single.close()
+    assert all(c.ok for c in live + scored), [c.error for c in live + scored]
+    for a, b in zip(live, scored):
+        assert b.text == a.text and b.completion_tokens == len(b.logprobs.chosen)
+        if b.logprobs.nbytes == a.logprobs.nbytes:  # the tokenizer split the text as the model sampled it
+            assert b.logprobs.chosen == pytest.approx(a.logprobs.chosen, abs=1e-5)
+            assert [x for t in b.logprobs.top for x in t] == pytest.approx([x for t in a.logprobs.top for x in t], abs=1e-5)
+    assert sum(b.logprobs.nbytes == a.logprobs.nbytes for a, b in zip(live, scored)) >= 2
+
+
+def test_score_needs_log_probabilities_asked_for(smoke):
+    with pytest.raises(ValueError, match="log-probabilities"):
+        smoke.score([ChatRequest(PROMPT)], ["The sea."])
+    with pytest.raises(ValueError, match="1 requests for 2 texts"):
+        smoke.score([ChatRequest(PROMPT, logprobs=1)], ["a", "b"])
