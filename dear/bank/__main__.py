@@ -3,9 +3,12 @@
     python -m dear.bank build --llm local --benchmark gsm8k --split test --n 200 --samples 9
     python -m dear.bank show [--bank DIR]
     python -m dear.bank verify [--bank DIR]
+    python -m dear.bank prime --cache OUT/cache.sqlite --shelf gsm8k-test-cot-t0.7-p0.9-m384
 
 `build` is resumable: stop it any time (Ctrl-C keeps the questions that finished) and run the same command again;
-a larger `--n` extends the shelf with the next questions of the same seeded subset.
+a larger `--n` extends the shelf with the next questions of the same seeded subset. `prime` puts a shelf's samples in
+a response cache under the round-0 requests they answer (dear/bank/prime.py), so a live `eval.run` with that cache
+generates only what the bank does not hold (revise turns, more samples).
 """
 
 from __future__ import annotations
@@ -52,6 +55,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_backend_args(b, max_tokens=384, parallel=9, n_ctx=1024)
     b.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     b.add_argument("-v", "--verbose", action="store_true", help="log each question")
+    c = sub.add_parser("prime", help="store a shelf's samples in a response cache under the round-0 requests they "
+                                     "answer, so eval.run --cache reads its round 0 from the bank")
+    c.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
+    c.add_argument("--cache", type=Path, required=True, help="response cache file (eval.run's OUT/cache.sqlite)")
+    c.add_argument("--shelf", required=True, help="shelf name (python -m dear.bank show)")
+    c.add_argument("--n", type=int, default=None, help="only the first n questions of the seeded subset (default: all)")
+    c.add_argument("--samples", type=int, default=None,
+                   help="round-0 width to prime (default: what every banked question holds)")
+    c.add_argument("--seed", type=int, default=0, help="engine and subset seed of the evaluation (default 0)")
     for name, text in (("show", "list the shelves: questions, samples, accuracy, size"),
                        ("verify", "check every shelf against its manifest checksum")):
         s = sub.add_parser(name, help=text)
@@ -85,6 +97,19 @@ def show(bank: Bank) -> str:
     return "\n".join(lines)
 
 
+def prime(a: argparse.Namespace) -> int:
+    from dear.bank.prime import prime_cache
+
+    bank = Bank.open(a.bank)
+    key = next((k for k in bank.keys if k.name == a.shelf), None)
+    if key is None:
+        raise ValueError(f"--shelf {a.shelf}: not in {a.bank} (shelves: {', '.join(k.name for k in bank.keys)})")
+    done = prime_cache(bank, key, a.cache, a.n, a.samples, engine_seed=a.seed, subset_seed=a.seed)
+    print(f"{a.cache}: {done.added} of {done.entries} round-0 samples added ({done.questions} questions of "
+          f"{key.name}, model {done.model_id})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     if a.command == "show":
@@ -94,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = Bank.open(a.bank).verify()
         print("every shelf matches its checksum" if not bad else f"damaged or missing: {', '.join(bad)}")
         return 1 if bad else 0
+    if a.command == "prime":
+        return prime(a)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     require_at_least(a, 1, "n", "samples", "max_tokens", "parallel", "n_ctx", "max_in_flight")
