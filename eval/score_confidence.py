@@ -14,6 +14,10 @@ record (dear/confidence.py), marked `scored_by`, and rewrites the file. A file i
 model cannot reproduce keeps `{"missing": "scoring failed: ..."}`, never a number. What ran is appended to
 `confidence_scoring.json` beside the file. A trace written by another model is refused.
 
+Scoring decodes one request at a time (`--parallel 1`): as fast here as 9 slots, exact, and on the embedded model 9
+slots decoding grammar-forced replies together returned one token of 48 samples 12.4 nats off
+(results/confidence-scoring-check/README.md).
+
 `check` measures how far scored records are from live ones: it scores the stored texts of a bank shelf's first
 `--questions` questions (live samples whose records were taken while sampling) and reports, per summary, the
 largest and mean absolute difference, and how many samples the tokenizer splits as the model sampled them.
@@ -270,7 +274,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for q in (s, c):
         q.add_argument("--top-logprobs", type=int, default=TOP_LOGPROBS, help="alternatives per token (default "
                        "%(default)s, what live records keep)")
-        add_backend_args(q, max_tokens=OMIT, parallel=9, n_ctx=4096)
+        add_backend_args(q, max_tokens=OMIT, parallel=1, n_ctx=4096,
+                         parallel_note="1: one request at a time (exact; as fast as 9 here, which corrupted a token)")
         q.add_argument("-v", "--verbose", action="store_true", help="log each batch")
     return p.parse_args(argv)
 

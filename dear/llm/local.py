@@ -581,7 +581,8 @@ class LocalLlamaBackend(Backend):
         """Teacher forcing (`Backend.score`): each text's tokens (the tokenizer's own split of it) are forced by a
         grammar of token ids and decoded greedily, so llama.cpp reports the log-probabilities it would have
         reported had it sampled them (before temperature and top-p, as in `generate`). Costs what generating the
-        text costs. A reply that comes back other than the stored text is an error Completion, never a record."""
+        text costs. Decoded one request at a time (one slot) it is exact; several grammar-forced replies decoding
+        together once returned a token 12 nats off (results/confidence-scoring-check), so score with one slot. A reply that comes back other than the stored text is an error Completion, never a record."""
         if len(requests) != len(texts):
             raise ValueError(f"score: {len(requests)} requests for {len(texts)} texts")
         if any(r.logprobs is None for r in requests):
