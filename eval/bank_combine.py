@@ -13,6 +13,12 @@ benchmark, the goal of a real evaluation (issue 56):
 - on GSM8K, the accuracy and token parts of `eval.goal`;
 - no confidence rule (CISC, confident stop) dominates it.
 
+With `--live DIR` (repeatable; `eval.run` results directories) the methods a bank cannot replay (MAD, MAD-stop,
+the paper's DEAR, any DEAR whose turns read peers: `eval.live_rows`) join, per benchmark, on the questions they share
+with the bank report: every replayed row restricted to those questions (its `per_question.csv`) beside each live
+method, each with its paired difference to the baseline on them and the frontier of that table; the goal's frontier
+part then also asks for the frontier there.
+
 Real and synthetic reports are never combined.
 """
 
@@ -24,12 +30,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from dear import metrics
 from dear.atomic import atomic_write_text
-from dear.cli import command_line
+from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
 from dear.metrics import CI
 from eval import goal
-from eval.bank_replay import BASELINE, POLICY_RULE
+from eval.bank_replay import BASELINE, PER_QUESTION, POLICY_RULE, on_frontier
+from eval.live_rows import LiveMethod, live_methods_of
 
 PROG = "python -m eval.bank_combine"
 CONFIDENCE_RULES = ("cisc-", "confident-stop")
@@ -94,6 +104,62 @@ def dominating(b: Benchmark, row: ReportRow) -> list[ReportRow]:
 
 
 @dataclass(frozen=True)
+class LiveTable:
+    """One benchmark's rows on the questions its live methods share with the bank report: replayed rows restricted
+    to them, then the live methods; paired differences to the baseline and the frontier, on those questions."""
+
+    benchmark: str
+    questions: tuple[str, ...]
+    rows: tuple[ReportRow, ...]
+    sources: tuple[str, ...]  # the live rows' labels
+
+
+def per_question(b: Benchmark) -> dict[str, dict[str, tuple[float, float]]]:
+    """Row label -> question id -> (order-averaged score, tokens), from the report's per_question.csv."""
+    f = b.path / PER_QUESTION
+    if not f.is_file():
+        raise ValueError(f"{f}: not found; write the report again with the current python -m eval.bank_replay "
+                         "(--live pairs its rows per question)")
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    with f.open(encoding="utf-8", newline="") as fh:
+        for r in csv.DictReader(fh):
+            out.setdefault(r["label"], {})[r["question_id"]] = (float(r["score"]), float(r["tokens"]))
+    return out
+
+
+def live_table(b: Benchmark, live: Sequence[LiveMethod], n_boot: int, seed: int) -> LiveTable | None:
+    """The benchmark's live table (None when no live method debated it)."""
+    mine = [m for m in live if m.benchmark == b.benchmark]
+    if not mine:
+        return None
+    replayed = per_question(b)
+    base = replayed[b.baseline.label]
+    shared = [q for q in base if all(q in m.scores for m in mine)]
+    if not shared:
+        raise ValueError(f"{b.benchmark}: the live methods ({', '.join(str(m.source) for m in mine)}) share no "
+                         f"question with {b.path}")
+    series = [(r.label, r.rule, r.policy, [replayed[r.label][q] for q in shared]) for r in b.rows]
+    series += [(f"{m.label} (live, `{m.source.name}`)", m.method, "", list(zip(*m.on(shared)))) for m in mine]
+    base_scores = [base[q][0] for q in shared]
+    points = [(float(np.mean([x[0] for x in v])), float(np.mean([x[1] for x in v]))) for *_, v in series]
+    frontier = on_frontier(points)
+    rows = tuple(ReportRow(label, rule, policy, acc,
+                           metrics.paired_bootstrap_diff([x[0] for x in v], base_scores, n_boot=n_boot, seed=seed),
+                           tokens, front)
+                 for (label, rule, policy, v), (acc, tokens), front in zip(series, points, frontier))
+    return LiveTable(b.benchmark, tuple(shared), rows, tuple(s[0] for s in series[len(b.rows):]))
+
+
+def live_lines(t: LiveTable) -> list[str]:
+    lines = ["", f"## {t.benchmark}: the methods run live, on the {len(t.questions)} questions they share with the "
+             "bank", "", f"Replayed rows restricted to these questions beside the live ones ({', '.join(t.sources)}); "
+             f"Δ: paired bootstrap 95 % CI over these questions to `{BASELINE}`; ★ frontier of this table.", "",
+             "| row | acc % | Δ [95 % CI] | tokens |", "|---|---:|---|---:|"]
+    lines += [f"| {r.label} | {_cell(r)} |" for r in t.rows]
+    return lines
+
+
+@dataclass(frozen=True)
 class GoalCheck:
     """The goal's parts for one policy row on one benchmark (None: the part does not apply there)."""
 
@@ -102,18 +168,21 @@ class GoalCheck:
     tokens_ratio: float
     tokens_ok: bool | None
     confidence_dominators: tuple[str, ...]
+    live_frontier: bool | None = None  # on the frontier among the live methods' shared questions (None: none ran)
 
     @property
     def met(self) -> bool:
-        return (self.frontier and not self.confidence_dominators
+        return (self.frontier and not self.confidence_dominators and self.live_frontier is not False
                 and self.accuracy_ok is not False and self.tokens_ok is not False)
 
 
-def check_goal(b: Benchmark, row: ReportRow) -> GoalCheck:
+def check_goal(b: Benchmark, row: ReportRow, live: LiveTable | None = None) -> GoalCheck:
     on_goal = b.benchmark == goal.BENCHMARK
     conf = tuple(o.label for o in dominating(b, row) if o.rule.startswith(CONFIDENCE_RULES))
+    live_row = None if live is None else next(r for r in live.rows if r.label == row.label)
     return GoalCheck(row.frontier, goal.accuracy_ok(row.diff) if on_goal else None, row.tokens / b.baseline.tokens,
-                     goal.tokens_ok(row.tokens, b.baseline.tokens) if on_goal else None, conf)
+                     goal.tokens_ok(row.tokens, b.baseline.tokens) if on_goal else None, conf,
+                     None if live_row is None else live_row.frontier)
 
 
 def _pts(x: float, signed: bool = False) -> str:
@@ -132,7 +201,7 @@ def _yes(x: bool | None) -> str:
     return "–" if x is None else "yes" if x else "**no**"
 
 
-def markdown(benches: Sequence[Benchmark], command: str) -> str:
+def markdown(benches: Sequence[Benchmark], command: str, live: Sequence[LiveTable | None] = ()) -> str:
     real = not benches[0].synthetic
     lines = ["# Sampling rules and DEAR on the sample banks, side by side", "", f"Command: `{command}`", "",
              ("Every number is a replay of the real model's stored samples (no model called, nothing simulated)."
@@ -151,21 +220,26 @@ def markdown(benches: Sequence[Benchmark], command: str) -> str:
     lines += ["", "## The goal, per DEAR policy and benchmark", "",
               f"Goal: on every benchmark on the frontier and dominated by no confidence rule; on {goal.BENCHMARK} "
               f"also {goal.text()}.", "",
-              "| policy | benchmark | frontier | accuracy ok | tokens × baseline | tokens ok | dominating "
-              "confidence rules | goal met |", "|---|---|:-:|:-:|---:|:-:|---|:-:|"]
+              "| policy | benchmark | frontier | frontier with the live methods | accuracy ok | tokens × baseline | "
+              "tokens ok | dominating confidence rules | goal met |", "|---|---|:-:|:-:|:-:|---:|:-:|---|:-:|"]
+    tables = dict(zip((b.benchmark for b in benches), live)) if live else {}
     policies = list(dict.fromkeys(r.policy for b in benches for r in b.rows if r.rule == POLICY_RULE))
     for policy in policies:
         for b in benches:
             row = next((r for r in b.rows if r.rule == POLICY_RULE and r.policy == policy), None)
             if row is None:
-                lines.append(f"| `{policy}` | {b.benchmark} | – | – | – | – | not evaluated | – |")
+                lines.append(f"| `{policy}` | {b.benchmark} | – | – | – | – | – | not evaluated | – |")
                 continue
-            g = check_goal(b, row)
-            lines.append(f"| `{policy}` | {b.benchmark} | {_yes(g.frontier)} | {_yes(g.accuracy_ok)} | "
+            g = check_goal(b, row, tables.get(b.benchmark))
+            lines.append(f"| `{policy}` | {b.benchmark} | {_yes(g.frontier)} | {_yes(g.live_frontier)} | "
+                         f"{_yes(g.accuracy_ok)} | "
                          f"{g.tokens_ratio:.2f} | {_yes(g.tokens_ok)} | "
                          f"{', '.join(g.confidence_dominators) or 'none'} | {_yes(g.met)} |")
     if not policies:
-        lines.append("| (no policy row: give eval.bank_replay --policy) | | | | | | | |")
+        lines.append("| (no policy row: give eval.bank_replay --policy) | | | | | | | | |")
+    for table in live:
+        if table is not None:
+            lines += live_lines(table)
     return "\n".join(lines) + "\n"
 
 
@@ -173,7 +247,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reports", nargs="+", type=Path, help="eval.bank_replay output directories")
     p.add_argument("--out", type=Path, required=True, help="output directory (summary.md)")
-    return p.parse_args(argv)
+    p.add_argument("--live", type=Path, action="append", default=[],
+                   help="an eval.run results directory whose live methods (MAD, MAD-stop, DEAR...) join on the "
+                        "questions they share with a report (repeatable)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of the live tables (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    a = p.parse_args(argv)
+    require_at_least(a, 1, "n_boot")
+    return a
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,8 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len({b.synthetic for b in benches}) > 1:
         raise ValueError("real and synthetic reports are never combined: "
                          + ", ".join(f"{b.path} ({'synthetic' if b.synthetic else 'real'})" for b in benches))
+    live = [m for d in a.live for m in live_methods_of(d)]
+    tables = [live_table(b, live, a.n_boot, a.seed) for b in benches]
     a.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(a.out / "summary.md", markdown(benches, command_line(PROG, argv)))
+    atomic_write_text(a.out / "summary.md", markdown(benches, command_line(PROG, argv), tables))
     print((a.out / "summary.md").read_text(encoding="utf-8"))
     return 0
 

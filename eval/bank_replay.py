@@ -18,6 +18,8 @@ says for each policy how it compares with adaptive SC and which rows dominate it
 expected values) with a paired bootstrap 95 % CI of its difference to adaptive-sc-2-from-2 (resampling questions),
 the stored-order accuracy, tokens (prompt + completion) and samples per question, and whether it is on the
 accuracy–token frontier.
+`OUT/per_question.csv` keeps each row's order-averaged score and tokens per question: `eval.bank_combine --live`
+pairs them with live methods on the questions both hold.
 """
 
 from __future__ import annotations
@@ -162,12 +164,17 @@ class RowResult:
     spec: RowSpec
     scores: tuple[float, ...]
     stored: tuple[float, ...] | None  # None: a policy's row (its orders are the bank world's, no stored order)
-    tokens: float  # per question
+    question_tokens: tuple[float, ...]  # per question, order-averaged (the questions in the report's order)
     used: float  # samples per question
 
     @property
     def accuracy(self) -> float:
         return float(np.mean(self.scores))
+
+    @property
+    def tokens(self) -> float:
+        """Tokens per question."""
+        return float(np.mean(self.question_tokens))
 
     @property
     def stored_accuracy(self) -> float | None:
@@ -178,7 +185,7 @@ def evaluate(spec: RowSpec, questions: Sequence[ReplayQuestion]) -> RowResult:
     runs = [replayed(q.samples, spec.rule, spec.params,
                      rotations(len(q.samples.keys)) if spec.over_positions else q.orders) for q in questions]
     return RowResult(spec, tuple(r.score for r in runs), tuple(r.stored.score for r in runs),
-                     float(np.mean([r.tokens for r in runs])), float(np.mean([r.used for r in runs])))
+                     tuple(r.tokens for r in runs), float(np.mean([r.used for r in runs])))
 
 
 def policy_spec(path: str) -> RowSpec:
@@ -203,9 +210,12 @@ def row_of(spec: RowSpec, run: BankDebates) -> RowResult:
     if failed := sum(d.failed for d in run.debates):
         log.warning("%s: %d of %d debates failed (scored 0)", spec.label, failed, len(run.debates))
     scores = run.scores_by_question()
+    tokens: dict[str, list[int]] = {q.id: [] for q in run.questions}
+    for d in run.debates:
+        tokens[d.question.id].append(d.trace.total_tokens)
     drawn = [sum((t.source or "").startswith("bank:") for turns in d.trace.rounds for t in turns) for d in run.debates]
     return RowResult(spec, tuple(float(np.mean(scores[q.id])) for q in run.questions), None,
-                     float(np.mean([d.trace.total_tokens for d in run.debates])), float(np.mean(drawn)))
+                     tuple(float(np.mean(tokens[q.id])) for q in run.questions), float(np.mean(drawn)))
 
 
 def evaluate_policy(path: str, bank: Bank, test: Loaded, width: int, n_orders: int, seed: int,
@@ -375,6 +385,19 @@ def write_csv(r: Report, path: Path) -> None:
                         r.test.key.name, row.spec.policy or ""])
 
 
+PER_QUESTION = "per_question.csv"  # each row's order-averaged score and tokens per question (eval.bank_combine)
+PER_QUESTION_FIELDS = ("label", "rule", "policy", "question_id", "score", "tokens")
+
+
+def write_per_question(r: Report, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(PER_QUESTION_FIELDS)
+        for row in r.rows:
+            for q, score, tokens in zip(r.test.questions, row.scores, row.question_tokens):
+                w.writerow([row.spec.label, row.spec.rule, row.spec.policy or "", q.question_id, score, tokens])
+
+
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 
 
@@ -440,6 +463,7 @@ def write_report(r: Report, out: Path, params_out: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(markdown(r), encoding="utf-8")
     write_csv(r, out / "summary.csv")
+    write_per_question(r, out / PER_QUESTION)
     plot(r, out / "accuracy_vs_tokens.png")
     params = fitted_params(r)
     if params is None:

@@ -77,3 +77,56 @@ def test_bad_input_is_refused_with_the_file_named(tmp_path):
     (real / "summary.csv").write_text(rows, encoding="utf-8")
     with pytest.raises(ValueError, match=r"summary.csv: no column policy"):
         C.main([str(real), "--out", str(tmp_path / "out")])
+
+
+def _live_dir(root: Path, scores: dict[str, float], tokens: float, method: str = "mad") -> Path:
+    """An eval.run results directory holding one live method's traces on gsm8k."""
+    import json
+
+    (root / "traces" / "gsm8k").mkdir(parents=True)
+    (root / "summary.csv").write_text(f"benchmark,method,label\ngsm8k,{method},MAD\ngsm8k,cot,Single CoT\n",
+                                      encoding="utf-8")
+    with (root / "traces" / "gsm8k" / f"{method}.jsonl").open("w", encoding="utf-8") as fh:
+        for q, score in scores.items():
+            fh.write(json.dumps({"question_id": q, "failed": False, "final_score": score, "prompt_tokens": tokens - 100,
+                                 "completion_tokens": 100}) + "\n")
+    (root / "traces" / "gsm8k" / "cot.jsonl").write_text("", encoding="utf-8")  # replayable: never a live row
+    return root
+
+
+def test_live_methods_join_on_the_questions_they_share(tmp_path):
+    report = _report(tmp_path, "a")
+    # MAD debated 3 of the report's 4 questions, and one the bank does not hold; right on two of them
+    live = _live_dir(tmp_path / "live", {"gsm8k-test-0": 1.0, "gsm8k-test-1": 1.0, "gsm8k-test-2": 0.0,
+                                         "elsewhere": 1.0}, tokens=5000)
+    assert C.main([str(report), "--out", str(tmp_path / "out"), "--live", str(live), "--n-boot", "50"]) == 0
+    md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert "## gsm8k: the methods run live, on the 3 questions they share with the bank" in md
+    bench = C.read_report(report)
+    table = C.live_table(bench, C.live_methods_of(live), 50, 0)
+    assert table.questions == ("gsm8k-test-0", "gsm8k-test-1", "gsm8k-test-2")
+    mad = table.rows[-1]
+    assert mad.label == "MAD (live, `live`)" and mad.accuracy == pytest.approx(2 / 3) and mad.tokens == 5000
+    assert not mad.frontier  # SC-9 is right on as many at fewer tokens
+    per_q = C.per_question(bench)
+    sc9 = next(r for r in table.rows if r.label == "SC-9")
+    assert sc9.accuracy == pytest.approx(sum(per_q["SC-9"][q][0] for q in table.questions) / 3)
+    base = next(r for r in table.rows if r.rule == C.BASELINE)
+    assert base.diff == CI(0.0, 0.0, 0.0)
+    assert mad.diff.mean == pytest.approx(mad.accuracy - base.accuracy)
+
+
+def test_live_input_is_checked(tmp_path):
+    report = _report(tmp_path, "a")
+    with pytest.raises(ValueError, match="summary.csv: not found .* --live"):
+        C.main([str(report), "--out", str(tmp_path / "out"), "--live", str(tmp_path / "nothing")])
+    apart = _live_dir(tmp_path / "apart", {"elsewhere": 1.0}, tokens=10)
+    with pytest.raises(ValueError, match="share no question"):
+        C.main([str(report), "--out", str(tmp_path / "out"), "--live", str(apart)])
+    (report / "per_question.csv").unlink()
+    live = _live_dir(tmp_path / "live", {"gsm8k-test-0": 1.0}, tokens=10)
+    with pytest.raises(ValueError, match="per_question.csv: not found"):
+        C.main([str(report), "--out", str(tmp_path / "out"), "--live", str(live)])
+    (live / "traces" / "gsm8k" / "mad.jsonl").write_text("{not json\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"mad.jsonl:1: not a debate trace"):
+        C.live_methods_of(live)

@@ -19,7 +19,7 @@ def test_on_frontier():
 
 
 def _row(rule, scores):
-    return B.RowResult(B.RowSpec(rule, rule), tuple(scores), tuple(scores), 1.0, 1.0)
+    return B.RowResult(B.RowSpec(rule, rule), tuple(scores), tuple(scores), tuple(1.0 for _ in scores), 1.0)
 
 
 def test_paired_to_the_baseline():
@@ -65,7 +65,10 @@ def test_the_report_end_to_end(tmp_path):
     assert B.main(["--bank", str(tmp_path / "bank"), "--out", str(out), "--orders", "3", "--n-boot", "50",
                    "--prices", "0.01,0.002"]) == 0
     assert {p.name for p in out.iterdir()} == {"summary.md", "summary.csv", "accuracy_vs_tokens.png",
-                                               "rule_params.json"}
+                                               "rule_params.json", "per_question.csv"}
+    per_q = list(csv.DictReader((out / "per_question.csv").open(encoding="utf-8")))
+    assert len(per_q) == 4 * 16 and {r["question_id"] for r in per_q} == {f"gsm8k-test-{n}" for n in range(4)}
+    assert {r["score"] for r in per_q if r["label"] == "SC-9" and r["question_id"] == "gsm8k-test-0"} == {"1.0"}
     # the fit as eval.run and dear.serve read it: tau per CISC K, confident stop at the first price
     fitted = FittedParams.load(out / "rule_params.json")
     assert set(fitted.rules) == {"cisc-3", "cisc-5", "cisc-9", "confident-stop"}
