@@ -3,12 +3,13 @@
     python -m dear.bank build --llm local --benchmark gsm8k --split test --n 200 --samples 9
     python -m dear.bank show [--bank DIR]
     python -m dear.bank verify [--bank DIR]
-    python -m dear.bank prime --cache OUT/cache.sqlite --shelf gsm8k-test-cot-t0.7-p0.9-m384
+    python -m dear.bank prime-cache --cache OUT/cache.sqlite --shelf gsm8k-test-cot-t0.7-p0.9-m384
 
 `build` is resumable: stop it any time (Ctrl-C keeps the questions that finished) and run the same command again;
-a larger `--n` extends the shelf with the next questions of the same seeded subset. `prime` puts a shelf's samples in
-a response cache under the round-0 requests they answer (dear/bank/prime.py), so a live `eval.run` with that cache
-generates only what the bank does not hold (revise turns, more samples).
+a larger `--n` extends the shelf with the next questions of the same seeded subset. `prime-cache` puts a shelf's
+samples in a response cache under the round-0 requests they answer (dear/bank/prime.py), so a live `eval.run` with
+that cache generates only what the bank does not hold (revise turns, more samples); `python -m eval.interventions
+prime-cache` does the same from stored traces.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_backend_args(b, max_tokens=384, parallel=9, n_ctx=1024)
     b.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     b.add_argument("-v", "--verbose", action="store_true", help="log each question")
-    c = sub.add_parser("prime", help="store a shelf's samples in a response cache under the round-0 requests they "
+    c = sub.add_parser("prime-cache", help="store a shelf's samples in a response cache under the round-0 requests they "
                                      "answer, so eval.run --cache reads its round 0 from the bank")
     c.add_argument("--bank", type=Path, default=DEFAULT_BANK, help="bank directory (default %(default)s)")
     c.add_argument("--cache", type=Path, required=True, help="response cache file (eval.run's OUT/cache.sqlite)")
@@ -97,7 +98,7 @@ def show(bank: Bank) -> str:
     return "\n".join(lines)
 
 
-def prime(a: argparse.Namespace) -> int:
+def prime_from_shelf(a: argparse.Namespace) -> int:
     from dear.bank.prime import prime_cache
 
     bank = Bank.open(a.bank)
@@ -119,8 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = Bank.open(a.bank).verify()
         print("every shelf matches its checksum" if not bad else f"damaged or missing: {', '.join(bad)}")
         return 1 if bad else 0
-    if a.command == "prime":
-        return prime(a)
+    if a.command == "prime-cache":
+        return prime_from_shelf(a)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     require_at_least(a, 1, "n", "samples", "max_tokens", "parallel", "n_ctx", "max_in_flight")

@@ -74,7 +74,7 @@ def test_eval_run_reads_its_round_zero_from_a_primed_cache(tmp_path, smoke_bank)
     from eval import run as eval_run
 
     out = tmp_path / "eval"
-    assert bank_main(["prime", "--bank", str(smoke_bank.root), "--cache", str(out / "cache.sqlite"),
+    assert bank_main(["prime-cache", "--bank", str(smoke_bank.root), "--cache", str(out / "cache.sqlite"),
                       "--shelf", KEY.name]) == 0
     eval_run.main(["--benchmarks", "gsm8k", "--n", "2", "--llm", "smoke", "--methods", "majority,mad",
                    "--n-rounds", "1", "--max-tokens", "96", "--out", str(out), "--no-progress", "--n-boot", "50"])
