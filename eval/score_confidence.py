@@ -10,7 +10,7 @@ tokens under a grammar that allows only them and reports their log-probabilities
 record (dear/confidence.py), marked `scored_by`, and rewrites the file. A file is a debate corpus
 (`corpus.jsonl.gz`) or a fresh-samples file (`samples.jsonl.gz`): gzip members of JSON records, each with a full
 `trace`; a directory names the one it holds. Resumable: finished records go to `<file>.scoring` as they finish
-(Ctrl-C keeps them; the same command continues), and the file is replaced once every record is there. A turn the
+(Ctrl-C keeps them, a kill loses at most the record being written; the same command continues), and the file is replaced once every record is there. A turn the
 model cannot reproduce keeps `{"missing": "scoring failed: ..."}`, never a number. What ran is appended to
 `confidence_scoring.json` beside the file. A trace written by another model is refused.
 
@@ -47,6 +47,7 @@ from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
 from dear.confidence import SUMMARIES, TOP_LOGPROBS, TokenArrays, confidence_dict, record_of
 from dear.debate.cli_args import OMIT, add_backend_args
+from dear.debate.corpus_file import gzip_members
 from dear.debate.prompts import SYSTEM_PROMPT, round0_messages
 from dear.llm.base import Backend, ChatMessage, ChatRequest
 from dear.llm.registry import options_for
@@ -89,6 +90,23 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         f.write(gzip.compress((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")))
         f.flush()
         os.fsync(f.fileno())
+
+
+def resume(partial: Path) -> list[dict[str, Any]]:
+    """The records a cut run finished (none when it never started); a last gzip member cut by a kill is moved aside
+    (`<file>.cut-<time>`), so its record is scored again."""
+    if not partial.exists():
+        return []
+    data = partial.read_bytes()
+    members, end = gzip_members(data)
+    if end < len(data):
+        tail = partial.with_name(f"{partial.name}.cut-{int(time.time())}")
+        tail.write_bytes(data[end:])
+        with partial.open("r+b") as f:
+            f.truncate(end)
+        log.warning("%s: %d trailing byte(s) were no complete record (a killed run); moved to %s", partial,
+                    len(data) - end, tail)
+    return [json.loads(line) for body in members for line in body.decode("utf-8").splitlines() if line.strip()]
 
 
 def record_id(record: dict[str, Any]) -> str:
@@ -146,7 +164,7 @@ def score_file(path: Path, backend: Backend, rounds: str = "0", k: int = TOP_LOG
                command: str = "") -> ScoreTally:
     """Score one trace file (module docstring); returns what this run added."""
     partial = path.with_name(path.name + ".scoring")
-    done = {record_id(r) for r in read_records(partial)} if partial.exists() else set()
+    done = {record_id(r) for r in resume(partial)}
     records = list(read_records(path))
     for r in records:
         check_model(r, backend, str(path))

@@ -69,8 +69,11 @@ def test_round0_turns_are_scored_marked_and_a_cut_run_resumes(tmp_path):
     assert [r["trace"]["debate_id"] for r in read_records(tmp_path / "corpus.jsonl.gz.scoring")] == ["d0"]
     assert all(t["confidence"] is None for r in read_records(path) for rnd in r["trace"]["rounds"] for t in rnd)
 
+    partial = tmp_path / "corpus.jsonl.gz.scoring"
+    partial.write_bytes(partial.read_bytes() + gzip.compress(b'{"trace": {"debate_id": "d1"')[:20])  # a killed write
     double = ForcingDouble()
     tally = score_file(path, double, batch_turns=3, command="cmd")
+    assert len(list(tmp_path.glob("corpus.jsonl.gz.scoring.cut-*"))) == 1
     assert double.calls == 2 and (tally.records, tally.turns, tally.failed) == (2, 5, 1)
     assert not (tmp_path / "corpus.jsonl.gz.scoring").exists()
     records = list(read_records(path))
