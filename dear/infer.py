@@ -199,14 +199,16 @@ class BankDebates:
 
 def debate_bank_orders(policy: str | Path | ExportedPolicy, backend: Backend, questions: Sequence[Question], *,
                        orders: int, max_tokens: int, seed: int = 0,
-                       wrap: Callable[[RegulatedProtocol], Any] | None = None) -> BankDebates:
+                       wrap: Callable[[RegulatedProtocol], Any] | None = None,
+                       agent_profiles: Sequence[AgentProfile] | None = None) -> BankDebates:
     """Debate every question `orders` times with the policy on `backend` (a bank world: `dear.bank.backend`), one
     batched engine run; debate i gets the seed derive_seed(seed, i, ORDER_SALT), so the bank serves it its own order.
-    `wrap` may put another protocol around the policy's (a random control that sets its rates each round). Nothing
-    here calls a model unless the backend does."""
+    `wrap` may put another protocol around the policy's (a random control that sets its rates each round);
+    `agent_profiles`: a pool that mixes reply modes (the bank serves each agent its style's samples). Nothing here
+    calls a model unless the backend does."""
     if not questions or orders < 1:
         raise ValueError(f"debate_bank_orders: need questions and orders >= 1 (got {len(questions)}, {orders})")
-    with RegulatedDebater(policy, backend, max_tokens=max_tokens, seed=seed) as debater:
+    with RegulatedDebater(policy, backend, max_tokens=max_tokens, seed=seed, agent_profiles=agent_profiles) as debater:
         protocol = debater.protocol() if wrap is None else wrap(debater.protocol())
         asked = [q for q in questions for _ in range(orders)]
         seeds = [derive_seed(seed, i, ORDER_SALT) for i in range(len(asked))]

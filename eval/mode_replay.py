@@ -15,7 +15,10 @@ stored sandbox run is read.
    a wrong answer of the other (paired sample positions), beside how often two wrong answers of one mode are equal.
 3. **Rules**: each mode's sampling rules, and fixed mixing rules (a schedule of modes read by a sampling rule,
    `dear.debate.mode_mixing`), each averaged over the same `--orders` seeded orders of each mode's samples, with
-   a paired bootstrap 95 % CI of its difference to the better single-mode adaptive SC from 2 (accuracy).
+   a paired bootstrap 95 % CI of its difference to the better single-mode adaptive SC from 2 (accuracy). With
+   `--policy DIR` (repeatable) an exported bank-world policy debates the same questions with agents of both modes
+   (`--pool`, e.g. cot,pot,cot), `--orders` bank-world debates a question, reading the same first `--width` samples
+   of each mode: choosing who draws next, it chooses which mode samples next.
 CISC reads the confidence summary `mean_logprob` with the tau fitted for cisc-3 on GSM8K train chains of thought
 (`--rule-params`); over programs that tau is used as it is (not refitted).
 """
@@ -192,6 +195,50 @@ def evaluate(spec: ModeRule, shelves: Sequence[ModeShelf], n_orders: int, seed: 
     return RuleResult(spec, tuple(scores), float(np.mean(tokens)), float(np.mean(used)))
 
 
+# ---------------------------------------------------------------- a policy that chooses which mode samples next
+POLICY_RULE = "dear"  # a row of an exported policy (--policy) rather than a sampling rule
+
+
+def policy_pool(modes: Sequence[str], n_agents: int, pool: Sequence[str] | None) -> tuple[str, ...]:
+    """The policy's agents' modes: `pool` as given (one per agent), else the modes alternating (cot, pot, cot, ...)."""
+    chosen = tuple(pool) if pool else tuple(modes[i % len(modes)] for i in range(n_agents))
+    if len(chosen) != n_agents or not set(chosen) <= set(modes):
+        raise ValueError(f"--pool: {n_agents} agents' modes, each one of {', '.join(modes)} (got {','.join(chosen)})")
+    return chosen
+
+
+def evaluate_policy(path: str, bank: Bank, shelves: Sequence[ModeShelf], pool: Sequence[str] | None, width: int,
+                    n_orders: int, seed: int) -> RuleResult:
+    """The exported policy debating each reported question `n_orders` times in the bank world of both modes
+    (dear/bank/backend.py: each agent draws its own mode's stored samples, among each question's first `width`),
+    its agents' modes `pool`; no model is called and no program runs. Per question: the order-averaged final score;
+    tokens and samples drawn per debate."""
+    from dear import tasks
+    from dear.bank.backend import BankBackend
+    from dear.debate.profiles import as_profiles
+    from dear.export import load_exported
+    from dear.infer import debate_bank_orders
+
+    exported = load_exported(path)
+    modes = [s.mode for s in shelves]
+    agents = policy_pool(modes, exported.n_agents, pool)
+    limits = {s.key.max_tokens for s in shelves}
+    if len(limits) != 1:
+        raise ValueError(f"--policy: the modes' shelves have different token limits ({sorted(limits)})")
+    key = shelves[0].key
+    backend = BankBackend(bank, key.benchmark, key.split, profile=",".join(modes), max_tokens=key.max_tokens,
+                          width=width)
+    by_id = {q.id: q for q in tasks.load(key.benchmark, key.split)}
+    questions = [by_id[q] for q in shelves[0].samples]
+    run = debate_bank_orders(exported, backend, questions, orders=n_orders, max_tokens=key.max_tokens, seed=seed,
+                             agent_profiles=as_profiles(agents, "--pool"))
+    scores = run.scores_by_question()
+    drawn = [sum((t.source or "").startswith("bank:") for turns in d.trace.rounds for t in turns) for d in run.debates]
+    spec = ModeRule(f"DEAR `{Path(path).name}` ({', '.join(agents)})", POLICY_RULE, tuple(range(len(modes))), "policy")
+    return RuleResult(spec, tuple(float(np.mean(scores[q.id])) for q in questions),
+                      float(np.mean([d.trace.total_tokens for d in run.debates])), float(np.mean(drawn)))
+
+
 def baseline_of(results: Sequence[RuleResult]) -> RuleResult:
     """The better single-mode adaptive SC from 2 until 2 (by accuracy)."""
     return max((r for r in results if r.spec.schedule is None and r.spec.rule == "adaptive-sc-2-from-2"),
@@ -305,8 +352,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--rule-params", type=Path, default=DEFAULT_RULE_PARAMS,
                    help="fitted rule parameters; CISC reads cisc-3's tau (default %(default)s)")
+    p.add_argument("--policy", action="append", default=[],
+                   help="an exported bank-world policy to debate the reported questions with agents of both modes "
+                        "(repeatable)")
+    p.add_argument("--pool", default=None, help="the policy's agents' modes, e.g. cot,pot,cot (default: the modes "
+                                                "alternating)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     a = p.parse_args(argv)
+    a.pool = [m.strip() for m in a.pool.split(",") if m.strip()] if a.pool else None
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if len(a.modes) != 2 or a.modes[0] == a.modes[1]:
         raise ValueError(f"--modes: name two different reply modes, e.g. cot,pot (got {','.join(a.modes)!r})")
@@ -321,6 +374,7 @@ def build_report(a: argparse.Namespace, command: str) -> ModeReport:
     shelves = load_modes(bank, a)
     tau = FittedParams.load(a.rule_params).of("cisc-3").tau
     results = tuple(evaluate(spec, shelves, a.orders, a.seed) for spec in rule_specs(a.modes, a.width, tau))
+    results += tuple(evaluate_policy(p, bank, shelves, a.pool, a.width, a.orders, a.seed) for p in a.policy)
     base = baseline_of(results)
     diffs = tuple(metrics.paired_bootstrap_diff(x.scores, base.scores, n_boot=a.n_boot, seed=a.seed)
                   for x in results)

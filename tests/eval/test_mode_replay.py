@@ -58,3 +58,33 @@ def test_the_modes_must_be_two_and_banked(tmp_path):
         M.main(["--bank", str(tmp_path / "bank"), "--modes", "cot", "--out", str(tmp_path / "o")])
     with pytest.raises(ValueError, match="no shelf gsm8k test direct"):
         M.main(["--bank", str(tmp_path / "bank"), "--modes", "cot,direct", "--width", "3", "--out", str(tmp_path / "o")])
+
+
+def _mixed_policy(out, profiles=("cot", "pot")):
+    """An untrained extended-action policy that sees each agent's mode (the bank world's action set)."""
+    import torch
+
+    from dear.export import export_policy
+    from dear.policy import JointPolicy, PolicyConfig
+
+    torch.manual_seed(0)
+    cfg = PolicyConfig(n_agents=3, actions="extended", kinds_mode="fresh-one", behavior_mode="fixed",
+                       turn_kinds=("keep", "fresh"), profiles=profiles)
+    return export_policy(JointPolicy(cfg), out, encoder="minilm",
+                         training={"llm": "bank", "task": "gsm8k", "synthetic": False, "n_rounds": 4,
+                                   "start_width": 1})
+
+
+def test_a_policy_chooses_which_mode_samples_next_on_the_committed_shelves(tmp_path):
+    """On the committed cot and pot test shelves (real samples): the policy's row pairs with the rules' by question."""
+    policy = _mixed_policy(tmp_path / "policy")
+    out = tmp_path / "out"
+    assert M.main(["--width", "9", "--orders", "1", "--n-boot", "50", "--policy", str(policy), "--pool", "cot,pot,cot",
+                   "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    dear = rows[-1]
+    assert dear["rule"] == "dear" and dear["label"] == "DEAR `policy` (cot, pot, cot)" and dear["modes"] == "cot+pot"
+    assert dear["n_questions"] == rows[0]["n_questions"] and 1 <= float(dear["samples_per_question"]) <= 18
+    assert 0 <= float(dear["accuracy"]) <= 1
+    with pytest.raises(ValueError, match="--pool: 3 agents' modes"):
+        M.main(["--width", "9", "--orders", "1", "--policy", str(policy), "--pool", "cot,pot", "--out", str(out)])
