@@ -12,11 +12,13 @@ program-of-thought (`pot`) sample also keeps its program's sandbox run, so a rep
 and never runs the program again.
 
 Shelves grow by appending one gzip member per question, flushed and fsynced, so a stopped build keeps every
-question it finished; the manifest is rewritten atomically after each append and `verify()` checks the checksums.
+question it finished; the manifest is rewritten atomically after each append (re-read under a lock, so builds of
+different shelves may run at once) and `verify()` checks the checksums.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -30,6 +32,7 @@ from typing import Any
 from dear.atomic import write_json
 
 MANIFEST = "MANIFEST.json"
+MANIFEST_LOCK = ".MANIFEST.lock"  # held while a process rewrites the manifest (several builds may share a bank)
 FORMAT = "dear-sample-bank/1"
 
 
@@ -182,12 +185,18 @@ class Bank:
         return self._shelves[key]
 
     def record(self, shelf: Shelf, settings: dict[str, Any]) -> None:
-        """Update the shelf's manifest entry (counts, checksum, the settings it was generated with)."""
-        entry = self.manifest["shelves"].setdefault(shelf.key.name, {"key": asdict(shelf.key)})
-        entry.update(questions=len(shelf.samples), samples=sum(len(v) for v in shelf.samples.values()),
-                     file=shelf.path.name, sha256=sha256_of(shelf.path), bytes=shelf.path.stat().st_size,
-                     generation=settings)
-        self.write_manifest()
+        """Update the shelf's manifest entry (counts, checksum, the settings it was generated with). The manifest is
+        read again under a lock first, so builds of other shelves in other processes keep their entries."""
+        with open(self.root / MANIFEST_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = self.root / MANIFEST
+            if path.exists():
+                self.manifest = json.loads(path.read_text(encoding="utf-8"))
+            entry = self.manifest["shelves"].setdefault(shelf.key.name, {"key": asdict(shelf.key)})
+            entry.update(questions=len(shelf.samples), samples=sum(len(v) for v in shelf.samples.values()),
+                         file=shelf.path.name, sha256=sha256_of(shelf.path), bytes=shelf.path.stat().st_size,
+                         generation=settings)
+            self.write_manifest()
 
     def write_manifest(self) -> None:
         write_json(self.root / MANIFEST, self.manifest)

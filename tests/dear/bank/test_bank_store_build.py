@@ -46,6 +46,20 @@ def test_a_damaged_shelf_fails_verification_and_another_model_is_refused(tmp_pat
         Bank.open(tmp_path / "nowhere")
 
 
+def test_two_builds_of_different_shelves_keep_both_manifest_entries(tmp_path):
+    """Two processes' Bank objects (each opened before the other wrote) recording different shelves."""
+    Bank.open(tmp_path, "m.gguf", "a" * 64)
+    first, second = Bank.open(tmp_path), Bank.open(tmp_path)
+    other = ShelfKey("gsm8k", "train", "pot", 0.7, 0.9, 384)
+    for bank, key, q in ((first, KEY, "q1"), (second, other, "q2"), (first, KEY, "q3")):
+        shelf = bank.shelf(key)
+        shelf.append([_sample(q, 0)])
+        bank.record(shelf, {})
+    manifest = Bank.open(tmp_path).manifest["shelves"]
+    assert set(manifest) == {KEY.name, other.name} and manifest[KEY.name]["questions"] == 2
+    assert Bank.open(tmp_path).verify() == []
+
+
 @pytest.fixture(scope="module")
 def smoke(smoke_backend):
     return smoke_backend
