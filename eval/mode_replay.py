@@ -17,7 +17,7 @@ stored sandbox run is read.
    `dear.debate.mode_mixing`), each averaged over the same `--orders` seeded orders of each mode's samples, with
    a paired bootstrap 95 % CI of its difference to the better single-mode adaptive SC from 2 (accuracy). With
    `--policy DIR` (repeatable) an exported bank-world policy debates the same questions with agents of both modes
-   (`--pool`, e.g. cot,pot,cot), `--orders` bank-world debates a question, reading the same first `--width` samples
+   (`--pool`, e.g. cot,pot,cot; repeatable), `--orders` bank-world debates a question, reading the same first `--width` samples
    of each mode: choosing who draws next, it chooses which mode samples next.
 CISC reads the confidence summary `mean_logprob` with the tau fitted for cisc-3 on GSM8K train chains of thought
 (`--rule-params`); over programs that tau is used as it is (not refitted).
@@ -355,11 +355,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--policy", action="append", default=[],
                    help="an exported bank-world policy to debate the reported questions with agents of both modes "
                         "(repeatable)")
-    p.add_argument("--pool", default=None, help="the policy's agents' modes, e.g. cot,pot,cot (default: the modes "
-                                                "alternating)")
+    p.add_argument("--pool", action="append", default=[],
+                   help="the policy's agents' modes, e.g. cot,pot,cot; repeatable: each policy debates with each pool "
+                        "(default: the modes alternating)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     a = p.parse_args(argv)
-    a.pool = [m.strip() for m in a.pool.split(",") if m.strip()] if a.pool else None
+    a.pool = [[m.strip() for m in pool.split(",") if m.strip()] for pool in a.pool] or [None]
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if len(a.modes) != 2 or a.modes[0] == a.modes[1]:
         raise ValueError(f"--modes: name two different reply modes, e.g. cot,pot (got {','.join(a.modes)!r})")
@@ -374,7 +375,8 @@ def build_report(a: argparse.Namespace, command: str) -> ModeReport:
     shelves = load_modes(bank, a)
     tau = FittedParams.load(a.rule_params).of("cisc-3").tau
     results = tuple(evaluate(spec, shelves, a.orders, a.seed) for spec in rule_specs(a.modes, a.width, tau))
-    results += tuple(evaluate_policy(p, bank, shelves, a.pool, a.width, a.orders, a.seed) for p in a.policy)
+    results += tuple(evaluate_policy(p, bank, shelves, pool, a.width, a.orders, a.seed)
+                     for p in a.policy for pool in a.pool)
     base = baseline_of(results)
     diffs = tuple(metrics.paired_bootstrap_diff(x.scores, base.scores, n_boot=a.n_boot, seed=a.seed)
                   for x in results)

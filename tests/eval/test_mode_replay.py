@@ -80,9 +80,10 @@ def test_a_policy_chooses_which_mode_samples_next_on_the_committed_shelves(tmp_p
     policy = _mixed_policy(tmp_path / "policy")
     out = tmp_path / "out"
     assert M.main(["--width", "9", "--orders", "1", "--n-boot", "50", "--policy", str(policy), "--pool", "cot,pot,cot",
-                   "--out", str(out)]) == 0
+                   "--pool", "pot,cot,pot", "--out", str(out)]) == 0
     rows = list(csv.DictReader((out / "summary.csv").open()))
-    dear = rows[-1]
+    dear, pot_first = rows[-2:]
+    assert pot_first["label"] == "DEAR `policy` (pot, cot, pot)"
     assert dear["rule"] == "dear" and dear["label"] == "DEAR `policy` (cot, pot, cot)" and dear["modes"] == "cot+pot"
     assert dear["n_questions"] == rows[0]["n_questions"] and 1 <= float(dear["samples_per_question"]) <= 18
     assert 0 <= float(dear["accuracy"]) <= 1
