@@ -130,3 +130,15 @@ def test_live_input_is_checked(tmp_path):
     (live / "traces" / "gsm8k" / "mad.jsonl").write_text("{not json\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"mad.jsonl:1: not a debate trace"):
         C.live_methods_of(live)
+
+
+def test_a_live_method_that_dominates_on_the_shared_questions_fails_the_goal():
+    dear = _row("DEAR", "dear", 0.62, 1000, (-0.005, -0.02, 0.01), policy="p")
+    bench = _bench("math500", dear)
+    on_shared = (_row("DEAR", "dear", 0.60, 1000), _row("SC-8", "sc-8", 0.65, 900), _row("MAD (live)", "mad", 0.61, 900))
+    g = C.check_goal(bench, dear, C.LiveTable("math500", ("q1", "q2"), on_shared, ("MAD (live)",)))
+    assert g.live_dominators == ("MAD (live)",) and not g.met  # SC-8 is judged on the full report, not here
+    cheaper = (_row("DEAR", "dear", 0.60, 1000), _row("MAD (live)", "mad", 0.61, 9000))
+    g = C.check_goal(bench, dear, C.LiveTable("math500", ("q1", "q2"), cheaper, ("MAD (live)",)))
+    assert g.live_dominators == () and g.met
+    assert C.check_goal(bench, dear).live_dominators is None
