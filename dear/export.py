@@ -104,6 +104,19 @@ class ExportedPolicy:
         return None if value is None else int(value)
 
     @property
+    def max_samples(self) -> int | None:
+        """The world's budget of independent samples a debate it learned in (None: none, or an export from before the
+        setting); its debates keep it, since the policy never met a state past it."""
+        value = self.manifest.get("training", {}).get("max_samples")
+        return None if value is None else int(value)
+
+    @property
+    def fresh_per_round(self) -> int | None:
+        """New independent samples a round its world allowed (None: no limit, or an export from before the setting)."""
+        value = self.manifest.get("training", {}).get("fresh_per_round")
+        return None if value is None else int(value)
+
+    @property
     def silent(self) -> bool:
         """Trained with silent turns: an agent that reads nobody keeps its answer without a model call."""
         return bool(self.manifest.get("training", {}).get("silent", False))
@@ -379,6 +392,7 @@ def export_checkpoint(checkpoint_or_run: str | Path, out_dir: str | Path, force:
                 **({"vote_tau": float(env.get("vote_tau", DebateConfig.vote_tau))}
                    if env.get("decision") == "confidence-weighted" else {}),
                 "start_width": env.get("start_width"),  # None: every agent answers in round 0
+                "max_samples": env.get("max_samples"), "fresh_per_round": env.get("fresh_per_round"),
                 "sim_params": _sim_params_setting(llm) if synthetic else None}
     return export_policy(policy, out_dir, encoder, training, force=force)
 

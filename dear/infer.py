@@ -114,7 +114,9 @@ class RegulatedDebater:
                                    # a policy that observes the agents' confidence (or votes by it) needs their
                                    # log-probabilities
                                    logprobs=TOP_LOGPROBS if self.exported.reads_confidence else None,
-                                   start_width=self.exported.start_width)
+                                   start_width=self.exported.start_width,
+                                   max_samples=self.exported.max_samples,
+                                   fresh_per_round=self.exported.fresh_per_round)
         refuse_pot_on_sim(profiles, llm, key)  # before the encoder and the backends load
         # a policy with the profile feature checks the pool now, before a backend loads (RegulatedProtocol)
         RegulatedProtocol(policy=self.exported.policy, encoder=None, config=self.config)

@@ -126,6 +126,9 @@ class DebateEnvConfig:
     # At most this many independent samples a debate (DebateConfig.max_samples; None = no budget): a bank world's
     # samples per question, so a long horizon never asks for a sample the bank does not hold
     max_samples: int | None = None
+    # At most this many new independent samples a round (DebateConfig.fresh_per_round; None = no limit): the first
+    # agents in seat order that ask draw them, so with 1 the policy chooses who samples next, one at a time
+    fresh_per_round: int | None = None
 
     @property
     def reads_confidence(self) -> bool:
@@ -298,6 +301,7 @@ class DebateCore:
                 agent_profiles=cfg.agent_profiles,
                 start_width=cfg.start_width,
                 max_samples=cfg.max_samples,
+                fresh_per_round=cfg.fresh_per_round,
                 vote_tau=cfg.vote_tau,
                 logprobs=TOP_LOGPROBS if cfg.reads_confidence else None,
             ),

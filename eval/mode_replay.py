@@ -78,6 +78,8 @@ class RuleResult:
     scores: tuple[float, ...]  # per question, order-averaged
     tokens: float
     used: float
+    # a policy row's mean samples a debate drew of each mode (a rule's schedule fixes its mix: None)
+    by_mode: tuple[tuple[str, float], ...] | None = None
 
     @property
     def accuracy(self) -> float:
@@ -233,10 +235,18 @@ def evaluate_policy(path: str, bank: Bank, shelves: Sequence[ModeShelf], pool: S
     run = debate_bank_orders(exported, backend, questions, orders=n_orders, max_tokens=key.max_tokens, seed=seed,
                              agent_profiles=as_profiles(agents, "--pool"))
     scores = run.scores_by_question()
-    drawn = [sum((t.source or "").startswith("bank:") for turns in d.trace.rounds for t in turns) for d in run.debates]
+    samples = [[t for turns in d.trace.rounds for t in turns if (t.source or "").startswith("bank:")]
+               for d in run.debates]
+    by_mode = tuple((m, float(np.mean([sum(t.style == m for t in drew) for drew in samples]))) for m in modes)
     spec = ModeRule(f"DEAR `{Path(path).name}` ({', '.join(agents)})", POLICY_RULE, tuple(range(len(modes))), "policy")
     return RuleResult(spec, tuple(float(np.mean(scores[q.id])) for q in questions),
-                      float(np.mean([d.trace.total_tokens for d in run.debates])), float(np.mean(drawn)))
+                      float(np.mean([d.trace.total_tokens for d in run.debates])),
+                      float(np.mean([len(drew) for drew in samples])), by_mode)
+
+
+def mode_mix(res: RuleResult) -> str:
+    """A policy row's samples a debate by mode ("cot 1.20 / pot 1.05"); empty for a rule (its schedule says)."""
+    return " / ".join(f"{m} {n:.2f}" for m, n in res.by_mode) if res.by_mode else ""
 
 
 def baseline_of(results: Sequence[RuleResult]) -> RuleResult:
@@ -308,18 +318,19 @@ def markdown(r: ModeReport) -> str:
              "frontier: no other row has accuracy ≥ and tokens ≤, strictly better in one.", ""]
     lines += mode_lines(r)
     lines += ["## Rules", "", f"| row | rule | accuracy % | − {r.baseline}, points [95 % CI] | tokens/question "
-              "| samples/question | frontier |", "|---|---|---:|---|---:|---:|:-:|"]
+              "| samples/question | a policy's samples by mode | frontier |", "|---|---|---:|---|---:|---:|---|:-:|"]
     for res, d, front in zip(r.results, r.diffs, r.frontier):
         lines.append(f"| {res.spec.label} | `{res.spec.rule}` | {_pct(res.accuracy)} | {_pct(d.mean, True)} "
                      f"[{_pct(d.low, True)}, {_pct(d.high, True)}] | {res.tokens:.0f} | {res.used:.2f} | "
-                     f"{'yes' if front else ''} |")
+                     f"{mode_mix(res)} | {'yes' if front else ''} |")
     lines += ["", "Adaptive SC from 1 until 2 makes the decisions of adaptive SC from 2 until 2 (no stop is possible "
               "before 2 samples), so it has no row of its own."]
     return "\n".join(lines) + "\n"
 
 
 CSV_FIELDS = ("label", "rule", "schedule", "modes", "accuracy", "minus_baseline", "diff_ci_low", "diff_ci_high",
-              "tokens_per_question", "samples_per_question", "on_frontier", "n_questions", "synthetic")
+              "tokens_per_question", "samples_per_question", "policy_samples_by_mode", "on_frontier", "n_questions",
+              "synthetic")
 
 
 def write_report(r: ModeReport, out: Path) -> None:
@@ -331,7 +342,7 @@ def write_report(r: ModeReport, out: Path) -> None:
         for res, d, front in zip(r.results, r.diffs, r.frontier):
             w.writerow([res.spec.label, res.spec.rule, res.spec.schedule or "",
                         "+".join(r.shelves[m].mode for m in res.spec.modes), res.accuracy, d.mean, d.low, d.high,
-                        res.tokens, res.used, front, len(res.scores), r.synthetic])
+                        res.tokens, res.used, mode_mix(res), front, len(res.scores), r.synthetic])
     key = r.shelves[0].key
     plot_points([(x.spec.label, x.tokens, x.accuracy) for x in r.results], r.frontier,
                 f"{key.benchmark} {key.split}, {' + '.join(s.mode for s in r.shelves)}, n={len(r.results[0].scores)}, "

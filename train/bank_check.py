@@ -93,30 +93,42 @@ class Rule:
 SAMPLE_ALL = Rule(1, "fresh", None)  # self-consistency: every agent draws every round, to the end
 
 
-def named_rules(n_agents: int, n_rounds: int, budget: int | None = None) -> dict[Rule, str]:
-    """The literature's rules among the grid's, by name (SC named by the samples it draws)."""
-    return {Rule(1, "fresh-one", 1): "single CoT",
-            Rule(3, "fresh-one", 1): "round-0 majority of 3",
-            Rule(1, "fresh-one", 2): "adaptive SC from 1",
-            Rule(2, "fresh-one", 2): "adaptive SC from 2",
-            Rule(3, "fresh-one", 2): "adaptive SC from 3",
-            SAMPLE_ALL: f"SC-{max_samples(SAMPLE_ALL, n_agents, n_rounds, budget)}"}
+def named_rules(n_agents: int, n_rounds: int, budget: int | None = None,
+                per_round: int | None = None) -> dict[Rule, str]:
+    """The literature's rules among the grid's, by name (SC named by the samples it draws). In a world that draws
+    one sample a round (`per_round`, env.fresh_per_round) every agent asking means the seats take turns: in a pool of
+    reply modes, adaptive SC over the modes in turn."""
+    named = {Rule(1, "fresh-one", 1): "single CoT",
+             Rule(3, "fresh-one", 1): "round-0 majority of 3",
+             Rule(1, "fresh-one", 2): "adaptive SC from 1",
+             Rule(2, "fresh-one", 2): "adaptive SC from 2",
+             Rule(3, "fresh-one", 2): "adaptive SC from 3",
+             SAMPLE_ALL: f"SC-{max_samples(SAMPLE_ALL, n_agents, n_rounds, budget, per_round)}"}
+    if per_round == 1:
+        named |= {Rule(1, "fresh", 2): "adaptive SC from 1, seats in turn",
+                  Rule(2, "fresh", 2): "adaptive SC from 2, seats in turn"}
+    return named
 
 
-def max_samples(rule: Rule, n_agents: int, n_rounds: int, budget: int | None = None) -> int:
-    """The most samples a debate under `rule` can draw (within the world's sample budget, env.max_samples)."""
-    most = rule.start + (n_agents if rule.kinds == "fresh" else 1) * n_rounds
+def max_samples(rule: Rule, n_agents: int, n_rounds: int, budget: int | None = None,
+                per_round: int | None = None) -> int:
+    """The most samples a debate under `rule` can draw (within the world's sample budgets: env.max_samples a debate,
+    env.fresh_per_round a round)."""
+    a_round = n_agents if rule.kinds == "fresh" else 1
+    most = rule.start + (a_round if per_round is None else min(a_round, per_round)) * n_rounds
     return most if budget is None else min(most, budget)
 
 
-def rule_grid(n_agents: int, n_rounds: int, bank_samples: int, budget: int | None = None) -> list[Rule]:
+def rule_grid(n_agents: int, n_rounds: int, bank_samples: int, budget: int | None = None,
+              per_round: int | None = None) -> list[Rule]:
     """Every start width, round kind and stop whose debates fit in a question's `bank_samples` banked samples
-    (within the sample budget); a rule that stops at once is listed once per start width."""
+    (within the sample budgets); a rule that stops at once is listed once per start width."""
     rules = []
     for start, kinds, agree in itertools.product(range(1, n_agents + 1), ("fresh-one", "fresh"),
                                                  (*range(1, n_agents + 1), None)):
         rule = Rule(start, kinds, agree)
-        if (agree == 1 and kinds == "fresh") or max_samples(rule, n_agents, n_rounds, budget) > bank_samples:
+        if (agree == 1 and kinds == "fresh") or \
+                max_samples(rule, n_agents, n_rounds, budget, per_round) > bank_samples:
             continue  # stops before any fresh sample (the same as fresh-one), or would exhaust the bank
         rules.append(rule)
     return rules
@@ -228,7 +240,8 @@ def run_price(config: str, overrides: Sequence[str], price: float, seeds: Sequen
     def test(cfg: TrainConfig, policy: JointPolicy, eps: list) -> dict[str, float]:
         return evaluate(cfg, policy, episodes, seed=eval_seed, split=split, per_episode=eps)
 
-    for rule, name in named_rules(base.env.n_agents, base.env.n_rounds, base.env.max_samples).items():
+    budgets = (base.env.max_samples, base.env.fresh_per_round)
+    for rule, name in named_rules(base.env.n_agents, base.env.n_rounds, *budgets).items():
         if rule.key not in done:
             t0, eps = time.process_time(), []
             cfg = rule.config(base)
@@ -237,7 +250,7 @@ def run_price(config: str, overrides: Sequence[str], price: float, seeds: Sequen
                     questions=[e.question_id for e in eps])
     if "best-rule" not in done:
         t0, eps = time.process_time(), []
-        grid = rule_grid(base.env.n_agents, base.env.n_rounds, bank_samples(base), base.env.max_samples)
+        grid = rule_grid(base.env.n_agents, base.env.n_rounds, bank_samples(base), *budgets)
         best, scores = best_rule(base, grid, select_episodes, eval_seed)
         cfg = best.config(base)
         m = test(cfg, best.policy(cfg), eps)

@@ -152,6 +152,9 @@ class EnvSection:
     confidence_feature: bool = False
     # At most this many independent samples a debate (null = no budget); a fresh turn past it keeps its answer
     max_samples: int | None = None
+    # At most this many new independent samples a round (null = no limit); of the agents that ask, the first in seat
+    # order draw (envs/debate_env.py). 1: one sample at a time, and who asks chooses whose mode samples next
+    fresh_per_round: int | None = None
 
     def profile_vocabulary(self) -> tuple[str, ...] | None:
         """The profile feature's one-hot order (the pool's distinct names, in pool order); None without it."""
@@ -331,7 +334,9 @@ class TrainConfig:
              "env.turn_kinds", f"must be distinct kinds of {list(TURN_KINDS)}, got {e.turn_kinds!r}")
         need(e.start_width is None or 1 <= e.start_width <= e.n_agents, "env.start_width",
              f"must be in 1..env.n_agents={e.n_agents} (or null: all), got {e.start_width!r}")
-        for key, default in (("start_width", None), ("turn_kinds", list(TURN_KINDS))):
+        need(e.fresh_per_round is None or e.fresh_per_round >= 1, "env.fresh_per_round",
+             f"must be >= 1 (or null: no limit), got {e.fresh_per_round!r}")
+        for key, default in (("start_width", None), ("turn_kinds", list(TURN_KINDS)), ("fresh_per_round", None)):
             need(getattr(e, key) == default or e.actions == "extended", f"env.{key}", "needs env.actions=extended")
 
 
@@ -535,6 +540,7 @@ SETTINGS_BEFORE_THE_KEY: dict[str, Any] = {
     # every run before them started from V samples, could play every turn kind and did not observe confidence
     "env.start_width": None, "env.turn_kinds": list(TURN_KINDS), "env.confidence_feature": False,
     "env.max_samples": None,  # runs before it had no sample budget
+    "env.fresh_per_round": None,  # nor a budget a round
     "llm.repeatable": False,  # runs before it decoded in llama.cpp slots (not repeatable)
     "env.vote_tau": DebateConfig.vote_tau,  # runs before it voted by no confidence (the value is never read)
 }

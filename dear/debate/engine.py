@@ -90,6 +90,11 @@ class DebateConfig:
     # answer instead (a waiting agent keeps waiting). A world replayed from a bank of N samples a question sets N,
     # so a long horizon of one-at-a-time draws never asks for a sample the bank does not hold.
     max_samples: int | None = None
+    # At most this many new independent samples a round (None = no limit): of the agents asking for one (a fresh
+    # turn, or a waiting agent joining), the first in a seat order that rotates each round draw (`_drawing`: agents
+    # that always ask take turns) and the others keep their answers (a waiting agent keeps waiting). With 1 a round
+    # draws one sample, so in a pool of modes who asks chooses which mode samples next.
+    fresh_per_round: int | None = None
     # Program-of-thought agents (reply style `pot`, dear/debate/pot.py): the limits every program runs under in the
     # sandbox (dear/sandbox.py; a server's are its start-up configuration's, no request changes them), and whether
     # peers are shown a `pot` turn's program (False: only what it printed; its author always sees its own).
@@ -123,6 +128,8 @@ class DebateConfig:
         if self.max_samples is not None and self.max_samples < self.round0_width:
             raise ValueError(f"DebateConfig.max_samples must be >= round 0's {self.round0_width} answers (or None), "
                              f"got {self.max_samples}")
+        if self.fresh_per_round is not None and self.fresh_per_round < 1:
+            raise ValueError(f"DebateConfig.fresh_per_round must be >= 1 (or None), got {self.fresh_per_round}")
         if self.max_tokens < 1:
             raise ValueError(f"DebateConfig.max_tokens must be >= 1, got {self.max_tokens}")
         if not 0.0 <= self.temperature0 <= T_MAX:
@@ -821,12 +828,13 @@ class DebateEngine:
         out = []
         r = d.round + 1
         next_sample = d.n_samples
+        kinds = [ctl.kinds[i] if ctl.kinds is not None else "revise" for i in range(cfg.n_agents)]
+        drawing = self._drawing(d, r, [k == "fresh" or (k == "revise" and prev[i].waiting) for i, k in enumerate(kinds)])
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i]) if not prev[j].waiting]
-            kind = ctl.kinds[i] if ctl.kinds is not None else "revise"
-            if kind in ("fresh", "revise") and cfg.max_samples is not None and next_sample >= cfg.max_samples \
-                    and (kind == "fresh" or prev[i].waiting):
-                kind = "keep"  # the sample budget is spent: no new independent sample
+            kind = kinds[i]
+            if kind in ("fresh", "revise") and (kind == "fresh" or prev[i].waiting) and i not in drawing:
+                kind = "keep"  # the debate's sample budget or the round's is spent: no new independent sample
             if prev[i].waiting:  # not answered yet: it joins with a fresh sample, or keeps waiting
                 if kind == "keep":
                     out.append(self._waiting(d, i, r))
@@ -854,6 +862,20 @@ class DebateEngine:
                 guidance=guidance, attempt=attempt,
             ))
         return out
+
+    def _drawing(self, d: Debate, round_: int, asks: Sequence[bool]) -> set[int]:
+        """The agents among those asking for a new independent sample (`asks`) that draw one in round `round_`:
+        all, up to the debate's budget (`max_samples`) and the round's (`fresh_per_round`), taken in seat order; with
+        a round budget k the order starts at seat (round 0's width + (round - 1) k) mod V, so agents that always ask
+        take turns."""
+        cfg, v = self.config, self.config.n_agents
+        room = cfg.max_samples - d.n_samples if cfg.max_samples is not None else v
+        first = 0
+        if cfg.fresh_per_round is not None:
+            room = min(room, cfg.fresh_per_round)
+            first = (cfg.round0_width + (round_ - 1) * cfg.fresh_per_round) % v
+        order = [(first + k) % v for k in range(v)]
+        return set([i for i in order if asks[i]][:max(room, 0)])
 
     def _silent(self, d: Debate, agent: int, round_: int, ctl: RoundControl) -> _Pending:
         """A turn that is not sent: the agent reads nobody and keeps its answer (DebateConfig.silent)."""

@@ -197,6 +197,30 @@ def test_the_committed_bank_policy_debates_on_a_real_model_with_its_confidence(s
     assert not any(t.peers for t in sent)
 
 
+def test_the_sample_budgets_travel_from_the_config_through_the_export_to_inference_time(tmp_path):
+    """env.max_samples and env.fresh_per_round shape the world the policy learned in; its debates keep them."""
+    from dear.infer import RegulatedDebater
+    from tests.dear.debate.test_debate_engine import FakeBackend
+
+    exported = quick_export(tmp_path, "env.max_samples=5", "env.fresh_per_round=1", "env.n_rounds=4")
+    assert exported.max_samples == 5 and exported.fresh_per_round == 1
+    debater = RegulatedDebater(exported, FakeBackend(), encoder="hashing", allow_encoder_mismatch=True)
+    assert debater.config.max_samples == 5 and debater.config.fresh_per_round == 1
+    (out,) = debater.run([tasks.load("gsm8k", "test", n=1)[0]])
+    drawn = [sum(t.fresh or (r == 0 and not t.waiting) for t in turns) for r, turns in enumerate(out.trace.rounds)]
+    assert all(n <= 1 for n in drawn) and sum(drawn) <= 5
+
+
+def test_a_round_budget_in_the_bank_world_draws_one_sample_a_round(tmp_path):
+    e = env(tmp_path, n_rounds=3, fresh_per_round=1)
+    e.reset(seed=3)
+    e.step(action(("fresh", "fresh", "fresh")))
+    e.step(action(("fresh", "fresh", "fresh")))
+    assert e.debate.n_samples == 3 and [sum(t.fresh for t in turns) for turns in e.debate.trace.rounds[1:]] == [1, 1]
+    with pytest.raises(ValueError, match="fresh_per_round"):
+        env(tmp_path, fresh_per_round=0)
+
+
 POT = ShelfKey("gsm8k", "test", "pot", 0.7, 0.9, 384)
 
 

@@ -87,5 +87,11 @@ def test_a_policy_chooses_which_mode_samples_next_on_the_committed_shelves(tmp_p
     assert dear["rule"] == "dear" and dear["label"] == "DEAR `policy` (cot, pot, cot)" and dear["modes"] == "cot+pot"
     assert dear["n_questions"] == rows[0]["n_questions"] and 1 <= float(dear["samples_per_question"]) <= 18
     assert 0 <= float(dear["accuracy"]) <= 1
+    # agent 0 draws every sample (fresh-one): its mode's only; the mix adds up to the samples drawn
+    for row, only in ((dear, "cot"), (pot_first, "pot")):
+        mix = dict(part.split() for part in row["policy_samples_by_mode"].split(" / "))
+        assert float(mix[only]) == pytest.approx(float(row["samples_per_question"]), abs=0.01)
+        assert float(mix["pot" if only == "cot" else "cot"]) == 0
+    assert rows[0]["policy_samples_by_mode"] == ""
     with pytest.raises(ValueError, match="--pool: 3 agents' modes"):
         M.main(["--width", "9", "--orders", "1", "--policy", str(policy), "--pool", "cot,pot", "--out", str(out)])

@@ -34,6 +34,10 @@ def test_the_grid_holds_every_named_rule_once():
     long = rule_grid(3, 7, 8, budget=8)
     assert len(long) == 3 * 4 + 3 * 3 and set(named_rules(3, 7, 8)) <= set(long)
     assert named_rules(3, 7, 8)[Rule(1, "fresh", None)] == "SC-8" and NAMED[Rule(1, "fresh", None)] == "SC-7"
+    # one sample a round: every agent asking means the seats take turns, one sample each round
+    turns = named_rules(3, 7, 8, per_round=1)
+    assert turns[Rule(2, "fresh", 2)] == "adaptive SC from 2, seats in turn" and set(turns) <= set(rule_grid(3, 7, 8, 8, 1))
+    assert max_samples(Rule(1, "fresh", None), 3, 2, per_round=1) == 3 and max_samples(Rule(1, "fresh", None), 3, 2) == 7
 
 
 def test_a_small_check_runs_on_the_committed_bank(tmp_path):

@@ -77,3 +77,24 @@ def test_a_sample_budget_turns_fresh_turns_past_it_into_keeps():
     assert d.n_samples == 4 and sum(len(call) for call in backend.calls) == 4
     with pytest.raises(ValueError, match="max_samples must be >= round 0's 3 answers"):
         DebateConfig(n_agents=3, max_samples=2)
+
+
+def test_a_round_budget_serves_the_askers_in_a_seat_order_that_rotates():
+    backend = FakeBackend(by_seed)
+    eng = DebateEngine(backend, DebateConfig(n_agents=3, n_rounds=5, seed=5, start_width=1, fresh_per_round=1,
+                                             decision="all-answers"))
+    (d,) = eng.start(QUESTIONS[:1])
+    eng.step([d], [control(("fresh", "keep", "fresh"))])  # round 1's order starts at seat 1: agent 2 joins
+    assert d.n_samples == 2 and [t.fresh for t in d.trace.rounds[1]] == [False, False, True]
+    assert d.trace.rounds[1][1].waiting
+    eng.step([d], [control(("fresh", "revise", "fresh"))])  # round 2 starts at seat 2: agent 2 redraws; 1 waits
+    assert d.n_samples == 3 and [t.fresh for t in d.trace.rounds[2]] == [False, False, True]
+    assert d.trace.rounds[2][1].waiting
+    eng.step([d], [control(("fresh", "fresh", "fresh"))])  # round 3 starts at seat 0
+    eng.step([d], [control(("fresh", "fresh", "fresh"))])  # round 4 at seat 1: the waiting agent joins
+    assert [t.fresh for t in d.trace.rounds[3]] == [True, False, False]
+    assert [t.fresh for t in d.trace.rounds[4]] == [False, True, False] and not d.trace.rounds[4][1].waiting
+    eng.step([d], [control(("keep", "keep", "keep"))])  # nobody asks, nobody draws
+    assert d.n_samples == 5 and sum(len(call) for call in backend.calls) == 5
+    with pytest.raises(ValueError, match="fresh_per_round must be >= 1"):
+        DebateConfig(n_agents=3, fresh_per_round=0)
