@@ -13,6 +13,10 @@ the accuracy of stopping there (the vote over the n samples, ties as expected va
 ended with from there. A state where stopping is about as accurate as going on, and the policy goes on, is a
 decision it fails to make; the tokens column says what going on costs.
 
+With `--pool cot,pot,cot` the policy debates with agents of those reply modes (each draws its own mode's banked
+samples; a policy trained in a pool of modes, e.g. configs/gsm8k-modes-long.yaml), and each state also says which
+modes its fresh samples came from.
+
 Writes OUT/states.md and OUT/states.csv.
 """
 
@@ -32,6 +36,7 @@ from dear.bank.backend import DEFAULT_BANK, BankBackend
 from dear.cli import command_line
 from dear.cli import run as run_cli
 from dear.debate.engine import Debate, confidence_weights
+from dear.debate.profiles import as_profiles
 from dear.debate.trace import voting_turns
 from dear.infer import BankDebates, debate_bank_orders
 from dear.llm.base import serves
@@ -49,6 +54,7 @@ class StateStats:
     reached: int = 0
     stopped: int = 0
     fresh_when_going_on: list[int] = field(default_factory=list)
+    fresh_modes: list[str] = field(default_factory=list)  # the reply mode of every fresh sample drawn from here
     score_if_stopped: list[float] = field(default_factory=list)
     final_score: list[float] = field(default_factory=list)
     tokens_now: list[int] = field(default_factory=list)
@@ -65,8 +71,21 @@ def stop_score(debate: Debate, voters: Sequence) -> float:
     return tally(keys).score(correct)
 
 
-def decision_points(debate: Debate, records: Sequence[RegulatorRecord]) -> list[tuple[int, int, bool, int, float, int]]:
-    """For each decision the regulator made: (n, k, stopped, fresh samples drawn, score of stopping, tokens so far)."""
+@dataclass(frozen=True)
+class DecisionPoint:
+    """One decision of the regulator: the state (n samples, the plain leader holding k), what it did, and what
+    stopping there would have scored."""
+
+    n: int
+    k: int
+    stopped: bool
+    fresh_modes: tuple[str, ...]  # the reply mode of each fresh sample it drew (none when it stopped)
+    score_if_stopped: float
+    tokens: int
+
+
+def decision_points(debate: Debate, records: Sequence[RegulatorRecord]) -> list[DecisionPoint]:
+    """Every decision the regulator made in `debate`, in order."""
     out = []
     rounds = debate.trace.rounds
     for rec in records:
@@ -76,8 +95,8 @@ def decision_points(debate: Debate, records: Sequence[RegulatorRecord]) -> list[
         k = tally(keys).top  # the state: how many samples the plain leader holds
         score = stop_score(debate, voters)
         tokens = sum(t.prompt_tokens + t.completion_tokens for turns in before for t in turns)
-        fresh = 0 if rec.stop or rec.round >= len(rounds) else sum(t.fresh for t in rounds[rec.round])
-        out.append((len(voters), k, bool(rec.stop), fresh, float(score), int(tokens)))
+        drew = () if rec.stop or rec.round >= len(rounds) else tuple(t.style for t in rounds[rec.round] if t.fresh)
+        out.append(DecisionPoint(len(voters), k, bool(rec.stop), drew, float(score), int(tokens)))
     return out
 
 
@@ -87,27 +106,35 @@ def collect(debates: Sequence[Debate], records: dict[str, list[RegulatorRecord]]
         if d.failed:
             continue
         final, final_tokens = float(d.trace.final_score or 0.0), d.trace.total_tokens
-        for n, k, stopped, fresh, score, tokens in decision_points(d, records.get(d.debate_id, [])):
-            s = states.setdefault((n, k), StateStats())
+        for p in decision_points(d, records.get(d.debate_id, [])):
+            s = states.setdefault((p.n, p.k), StateStats())
             s.reached += 1
-            s.stopped += stopped
-            if not stopped:
-                s.fresh_when_going_on.append(fresh)
-            s.score_if_stopped.append(score)
+            s.stopped += p.stopped
+            if not p.stopped:
+                s.fresh_when_going_on.append(len(p.fresh_modes))
+                s.fresh_modes.extend(p.fresh_modes)
+            s.score_if_stopped.append(p.score_if_stopped)
             s.final_score.append(final)
-            s.tokens_now.append(tokens)
+            s.tokens_now.append(p.tokens)
             s.final_tokens.append(final_tokens)
-            if stopped:
+            if p.stopped:
                 break
     return dict(sorted(states.items()))
 
 
-def rows_of(states: dict[tuple[int, int], StateStats]) -> list[dict]:
+def mode_shares(modes: Sequence[str]) -> str:
+    """"pot 62 % / cot 38 %": each reply mode's share of the fresh samples (empty when none was drawn)."""
+    names = sorted(set(modes), key=lambda m: -modes.count(m))
+    return " / ".join(f"{m} {100 * modes.count(m) / len(modes):.0f} %" for m in names)
+
+
+def rows_of(states: dict[tuple[int, int], StateStats], pool: bool = False) -> list[dict]:
     rows = []
     for (n, k), s in states.items():
         rows.append({"samples": n, "leader_holds": k, "debates": s.reached,
                      "policy_stops": s.stopped / s.reached,
                      "fresh_when_going_on": float(np.mean(s.fresh_when_going_on)) if s.fresh_when_going_on else None,
+                     **({"fresh_modes": mode_shares(s.fresh_modes)} if pool else {}),
                      "adaptive_sc": "stop" if k >= ADAPTIVE_AGREE else "draw 1",
                      "accuracy_if_stopped": float(np.mean(s.score_if_stopped)),
                      "accuracy_final": float(np.mean(s.final_score)),
@@ -124,24 +151,29 @@ def overall(run: BankDebates, seed: int) -> dict:
 
 
 def markdown(rows: Sequence[dict], meta: dict) -> str:
+    pool = meta.get("pool") is not None
+
     def pct(x):
         return "–" if x is None else f"{100 * x:.1f}"
 
     lines = ["# A bank-world policy's decisions per state (real replayed samples)", "",
              f"Command: `{meta['command']}`", "",
              f"Policy `{meta['policy']}` on the bank's `{meta['split']}` questions ({meta['questions']} questions × "
-             f"{meta['orders']} seeded orders = {meta['debates']} debates; nothing synthetic, no model called). A state "
+             f"{meta['orders']} seeded orders = {meta['debates']} debates; nothing synthetic, no model called"
+             + (f"; agents {', '.join(meta['pool'])}, each drawing its own mode's samples" if pool else "") + "). A state "
              "is what the policy saw before a decision: n samples drawn, the leading answer held by k of them. "
              "Accuracy counts a tie as its expected value; tokens are prompt + completion so far / at the end.", "",
              f"Overall: accuracy {100 * meta['overall']['accuracy']:.1f} % [{100 * meta['overall']['low']:.1f}, "
              f"{100 * meta['overall']['high']:.1f}] (95 % bootstrap over questions) at "
              f"{meta['overall']['tokens']:.0f} tokens/question; {meta['overall']['failed']} debates failed.", "",
-             "| n | k | debates | policy stops % | fresh drawn when going on | adaptive SC (until 2) | accuracy if "
-             "stopped here % | accuracy at the end % | tokens here | tokens at the end |",
-             "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "| n | k | debates | policy stops % | fresh drawn when going on | " + ("their modes | " if pool else "")
+             + "adaptive SC (until 2) | accuracy if stopped here % | accuracy at the end % | tokens here | tokens at "
+             "the end |", "|---:|---:|---:|---:|---:|" + ("---|" if pool else "") + "---|---:|---:|---:|---:|"]
     for r in rows:
         fresh = "–" if r["fresh_when_going_on"] is None else f"{r['fresh_when_going_on']:.2f}"
+        modes = f"{r['fresh_modes'] or '–'} | " if pool else ""
         lines.append(f"| {r['samples']} | {r['leader_holds']} | {r['debates']} | {pct(r['policy_stops'])} | {fresh} | "
+                     f"{modes}"
                      f"{r['adaptive_sc']} | {pct(r['accuracy_if_stopped'])} | {pct(r['accuracy_final'])} | "
                      f"{r['tokens_now']:.0f} | {r['tokens_final']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -156,6 +188,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--orders", type=int, default=20, help="debates per question, each another order (default 20)")
     p.add_argument("--max-tokens", type=int, default=384, help="the shelf's token limit (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pool", help="the agents' reply modes, e.g. cot,pot,cot (default: every agent cot)")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.orders < 1:
@@ -165,15 +198,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
-    backend = BankBackend(a.bank, a.benchmark, a.split, max_tokens=a.max_tokens)
+    pool = as_profiles(a.pool.split(","), "--pool") if a.pool else None
+    modes = ",".join(dict.fromkeys(p.style for p in pool)) if pool else "cot"
+    backend = BankBackend(a.bank, a.benchmark, a.split, profile=modes, max_tokens=a.max_tokens)
     questions = [q for q in tasks.load(a.benchmark, a.split) if serves(backend, q.task, q.id)]
     if not questions:
         raise ValueError(f"{a.bank}: no {a.benchmark} {a.split} question is banked")
-    run = debate_bank_orders(a.policy, backend, questions, orders=a.orders, max_tokens=a.max_tokens, seed=a.seed)
+    run = debate_bank_orders(a.policy, backend, questions, orders=a.orders, max_tokens=a.max_tokens, seed=a.seed,
+                             agent_profiles=pool)
     debates = run.debates
-    rows = rows_of(collect(debates, run.records))
+    rows = rows_of(collect(debates, run.records), pool=pool is not None)
     meta = {"command": command_line(PROG, argv), "policy": a.policy, "split": a.split, "questions": len(questions),
-            "orders": a.orders, "debates": len(debates), "overall": overall(run, a.seed)}
+            "orders": a.orders, "debates": len(debates), "overall": overall(run, a.seed),
+            "pool": [p.name for p in pool] if pool else None}
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "states.md", markdown(rows, meta))
     with open(a.out / "states.csv", "w", newline="", encoding="utf-8") as f:

@@ -37,3 +37,18 @@ def test_a_confidence_weighted_policys_stop_is_scored_by_its_weighted_vote():
     assert bank_states.stop_score(SimpleNamespace(decision="all-answers"), voters) == 0.5
     voters[0].confidence["mean_logprob"] = -0.9  # now the wrong sample is the confident one
     assert bank_states.stop_score(weighted, voters) == 0.0
+
+
+def test_in_a_pool_of_modes_each_state_says_which_modes_its_fresh_samples_came_from(tmp_path):
+    """The committed mixed-mode policy (one new sample a round) on a tiny bank of both modes."""
+    from tests.envs.test_bank_world import two_mode_bank
+
+    two_mode_bank(tmp_path / "bank")
+    out = tmp_path / "out"
+    assert bank_states.main(["--policy", "results/policy-bank-gsm8k-modes-long-p0.05", "--bank", str(tmp_path / "bank"),
+                             "--orders", "3", "--pool", "pot,cot,pot", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "states.csv").open(encoding="utf-8")))
+    going_on = [r for r in rows if r["fresh_when_going_on"]]
+    assert going_on and all(float(r["fresh_when_going_on"]) <= 1 for r in going_on)  # one new sample a round
+    assert all(set(part.split()[0] for part in r["fresh_modes"].split(" / ")) <= {"cot", "pot"} for r in going_on)
+    assert "agents pot, cot, pot" in (out / "states.md").read_text(encoding="utf-8")
