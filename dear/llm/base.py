@@ -162,8 +162,8 @@ class Backend(abc.ABC):
         """Teacher forcing: the model's log-probabilities of each stored `texts[i]` as the reply to `requests[i]`
         (its messages; `logprobs` = alternatives per token), nothing sampled. A Completion per text, `logprobs`
         set, or `error` set when the text could not be scored. Backends that cannot force a reply raise."""
-        raise BackendError(f"{self.model_id} cannot score stored text (teacher forcing needs a llama.cpp backend: "
-                           "local or smoke)")
+        raise BackendError(f"{self.model_id} cannot score stored text (teacher forcing needs a llama.cpp backend, "
+                           "local or smoke, or vLLM in-process)")
 
     def serves(self, task: str, question_id: str) -> bool:
         """Whether this backend can debate the question (a sample bank holds only its banked questions); a model

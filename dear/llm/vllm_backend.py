@@ -1,4 +1,5 @@
-"""vLLM in-process (the GPU path): one `LLM.chat` call per batch with one SamplingParams per request."""
+"""vLLM in-process (the GPU path): one `LLM.chat` call per batch with one SamplingParams per request; stored texts
+scored by one prefill (`VLLMBackend.score`)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,53 @@ class VLLMBackend(Backend):
             )
         return count_generated(completions)
 
+    def score(self, requests: Sequence[ChatRequest], texts: Sequence[str]) -> list[Completion]:
+        """Teacher forcing (`Backend.score`) in one prefill: each request's chat-templated prompt followed by its
+        text's tokens (the tokenizer's own split) is read as a prompt with `prompt_logprobs=k`, so vLLM reports the
+        log-probability of every text token given what precedes it, and the k most likely, as it does while sampling
+        (raw log-probabilities, before temperature and top-p). One generated token per request is discarded. Costs a
+        prompt read, not a generation."""
+        if len(requests) != len(texts):
+            raise ValueError(f"score: {len(requests)} requests for {len(texts)} texts")
+        if any(r.logprobs is None for r in requests):
+            raise ValueError("score: every request must ask for log-probabilities (ChatRequest.logprobs = k)")
+        if self._llm is None:
+            raise BackendError("VLLMBackend is closed")
+        if not requests:
+            return []
+        heads = [self._prompt_ids(r) for r in requests]
+        bodies = [self._tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        todo = [i for i, b in enumerate(bodies) if b]
+        out: list[Completion] = [Completion("", 0, 0, "error", 0.0, error="nothing to score: the stored text has no "
+                                            "tokens") for _ in requests]
+        started = time.perf_counter()
+        try:
+            outputs = self._llm.generate(
+                [{"prompt_token_ids": heads[i] + bodies[i]} for i in todo],
+                sampling_params=[self._vllm.SamplingParams(temperature=0.0, max_tokens=1,
+                                                           prompt_logprobs=requests[i].logprobs) for i in todo],
+                use_tqdm=False)
+        except Exception as exc:  # noqa: BLE001 - one failed batch must not crash the caller
+            latency = time.perf_counter() - started
+            log.error("vLLM scoring batch of %d failed: %s", len(todo), exc)
+            return [Completion("", 0, 0, "error", latency, error=f"vLLM: {type(exc).__name__}: {exc}")
+                    for _ in requests]
+        latency = time.perf_counter() - started
+        for i, result in zip(todo, outputs):
+            positions = list(result.prompt_logprobs or [])[len(heads[i]):]
+            logprobs = token_logprobs(bodies[i], positions, self._tokenizer, requests[i].logprobs)
+            out[i] = Completion(text=texts[i], prompt_tokens=len(heads[i]), completion_tokens=len(bodies[i]),
+                                finish_reason="stop", latency_s=latency, logprobs=logprobs) if logprobs else \
+                Completion("", 0, 0, "error", latency, error="vLLM returned no prompt log-probabilities")
+        return out
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        """The token ids `LLM.chat` reads for the request's messages: the chat template rendered (with the assistant
+        turn opened), then tokenized without added special tokens, as vLLM's chat path does."""
+        conversation = [{"role": m.role, "content": m.content} for m in request.messages]
+        text = self._tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False))
 
@@ -106,13 +154,18 @@ class VLLMBackend(Backend):
 
 
 def vllm_token_logprobs(gen, tokenizer, k: int | None) -> TokenLogprobs | None:
-    """vLLM's per-position `{token_id: Logprob}` maps as TokenLogprobs: each map holds the k most likely tokens
-    (rank 1..k) and the sampled one (rank > k when it is not among them)."""
-    positions = getattr(gen, "logprobs", None)
+    """A generated sequence's log-probabilities (`CompletionOutput.logprobs`) as TokenLogprobs."""
+    return token_logprobs(gen.token_ids, getattr(gen, "logprobs", None), tokenizer, k)
+
+
+def token_logprobs(token_ids: Sequence[int], positions, tokenizer, k: int | None) -> TokenLogprobs | None:
+    """vLLM's per-position `{token_id: Logprob}` maps (of sampled tokens, or of prompt tokens with
+    `prompt_logprobs`) as TokenLogprobs: each map holds the k most likely tokens (rank 1..k) and the token at that
+    position (rank > k when it is not among them)."""
     if k is None or not positions:
         return None
     chosen, top, nbytes = [], [], []
-    for token_id, alternatives in zip(gen.token_ids, positions):
+    for token_id, alternatives in zip(token_ids, positions):
         chosen.append(float(alternatives[token_id].logprob))
         ranked = sorted((lp for lp in alternatives.values() if lp.rank is not None and lp.rank <= k),
                         key=lambda lp: lp.rank)

@@ -40,6 +40,11 @@ def test_real_vllm_batch():
     assert out[2].completion_tokens == 5 and out[2].finish_reason == "length"
     assert all(c.prompt_tokens > 5 for c in out)
     assert backend.count_tokens("hello world") >= 2 and backend.context_length == 2048
+    # teacher forcing on the same model: the greedy reply scored equals its live log-probabilities
+    live = backend.generate([ChatRequest(poem, temperature=0.0, seed=1, max_tokens=16, logprobs=3)])[0]
+    [scored] = backend.score([ChatRequest(poem, logprobs=3)], [live.text])
+    assert scored.ok and scored.completion_tokens == live.completion_tokens
+    assert scored.logprobs.chosen == pytest.approx(live.logprobs.chosen, abs=0.05)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,3 +162,25 @@ def test_log_probabilities_through_the_stand_in(stand_in):
     lp = asked.logprobs
     assert lp.chosen == (-0.5, -0.5, -0.5) and lp.nbytes == (1, 2, 1)
     assert all(t == (-0.25, -0.5, -2.0) for t in lp.top)  # ranks 1..3, the sampled token at rank 2
+
+
+def test_stored_text_is_scored_in_one_prefill_through_the_stand_in(stand_in):
+    """score(): the chat-templated prompt then the text's tokens, read with prompt_logprobs=k; the text's positions
+    become its record (the prompt's are dropped), one generated token discarded."""
+    backend = make_backend("vllm:some/model")
+    msgs = (ChatMessage("system", "be brief"), ChatMessage("user", "what is two"))
+    scored, empty = backend.score([ChatRequest(msgs, logprobs=3), ChatRequest(msgs, logprobs=3)], ["it is 2", ""])
+    [llm] = stand_in.LLM.instances
+    prompts, params = llm.chat_calls[-1]
+    assert len(prompts) == 1 and (params[0].prompt_logprobs, params[0].max_tokens, params[0].temperature) == (3, 1, 0.0)
+    tok = llm.get_tokenizer()
+    head = tok.encode("<|system|>be brief\n<|user|>what is two\n<|assistant|>", add_special_tokens=False)
+    assert scored.ok and scored.text == "it is 2" and scored.prompt_tokens == len(head)
+    assert scored.completion_tokens == 3 and scored.logprobs.chosen == (-0.5, -0.5, -0.5)
+    assert all(t == (-0.25, -0.5, -2.0) for t in scored.logprobs.top) and scored.logprobs.nbytes == (2, 2, 1)
+    assert not empty.ok and "no tokens" in empty.error
+    with pytest.raises(ValueError, match="must ask for log-probabilities"):
+        backend.score([ChatRequest(msgs)], ["x"])
+    llm.fail_next = RuntimeError("CUDA out of memory")
+    [failed] = backend.score([ChatRequest(msgs, logprobs=3)], ["it is 2"])
+    assert not failed.ok and "CUDA out of memory" in failed.error

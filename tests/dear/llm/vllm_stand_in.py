@@ -34,8 +34,9 @@ class SamplingParams:
 
     def __init__(self, *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  min_p: float = 0.0, seed: int | None = None, stop: str | list[str] | None = None,
-                 max_tokens: int | None = 16, min_tokens: int = 0, logprobs: int | None = None):
-        self.logprobs = logprobs
+                 max_tokens: int | None = 16, min_tokens: int = 0, logprobs: int | None = None,
+                 prompt_logprobs: int | None = None):
+        self.logprobs, self.prompt_logprobs = logprobs, prompt_logprobs
         self.n, self.temperature, self.top_p, self.top_k, self.min_p = n, temperature, top_p, top_k, min_p
         self.seed, self.max_tokens, self.min_tokens = seed, max_tokens, min_tokens
         self.stop = [stop] if isinstance(stop, str) else list(stop or [])  # __post_init__ normalises to a list
@@ -106,6 +107,18 @@ class _Tokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return " ".join(self.words.get(i, "?") for i in ids)
 
+    def apply_chat_template(self, conversation: list[dict], tools: list[dict] | None = None,
+                            documents: list[dict] | None = None, chat_template: str | None = None,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            tokenize: bool = True, **kwargs: Any) -> str | list[int]:
+        """The stand-in's chat template, the one `LLM.chat` renders (transformers' keyword names)."""
+        text = _template(conversation) + ("<|assistant|>" if add_generation_prompt else "")
+        return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+def _template(conversation: list[dict]) -> str:
+    return "".join(f"<|{m['role']}|>{m['content']}\n" for m in conversation)
+
 
 def _logprobs(token_ids: Sequence[int], k: int) -> list[dict[int, Logprob]]:
     """Per position: the sampled token (rank 2, log-prob -0.5) beside the k most likely (rank 1 = a token id of
@@ -159,18 +172,22 @@ class LLM:
             for m in conv:
                 if set(m) - {"role", "content"} or m.get("role") not in ("system", "user", "assistant"):
                     raise ValueError(f"not an OpenAI chat message: {m!r}")
-        prompts = ["".join(f"<|{m['role']}|>{m['content']}\n" for m in conv) + "<|assistant|>"
-                   for conv in conversations]
+        prompts = [_template(conv) + "<|assistant|>" for conv in conversations]
         return self._run(prompts, [conv[-1]["content"] for conv in conversations], sampling_params, "chat")
 
-    def generate(self, prompts: str | Sequence[str], sampling_params: SamplingParams | Sequence[SamplingParams]
-                 | None = None, *, use_tqdm: bool | Callable[..., Any] = True, lora_request: Any | None = None,
-                 priority: int | Sequence[int] | None = None, tokenization_kwargs: dict[str, Any] | None = None,
+    def generate(self, prompts: str | dict | Sequence[str | dict], sampling_params: SamplingParams
+                 | Sequence[SamplingParams] | None = None, *, use_tqdm: bool | Callable[..., Any] = True,
+                 lora_request: Any | None = None, priority: int | Sequence[int] | None = None,
+                 tokenization_kwargs: dict[str, Any] | None = None,
                  mm_processor_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        return self._run(prompts, prompts, sampling_params, "generate")
+        """Text prompts, or TokensPrompt dicts ({"prompt_token_ids": [...]}, vllm/inputs/llm.py)."""
+        prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        ids = [list(p["prompt_token_ids"]) if isinstance(p, dict) else None for p in prompts]
+        texts = [self.get_tokenizer().decode(i) if i is not None else p for p, i in zip(prompts, ids)]
+        return self._run(texts, texts, sampling_params, "generate", ids)
 
-    def _run(self, prompts: list[str], sources: list[str], sampling_params, kind: str) -> list[RequestOutput]:
+    def _run(self, prompts: list[str], sources: list[str], sampling_params, kind: str,
+             prompt_ids: list[list[int] | None] | None = None) -> list[RequestOutput]:
         if sampling_params is None:
             params = [SamplingParams()] * len(prompts)
         elif isinstance(sampling_params, SamplingParams):
@@ -200,8 +217,11 @@ class LLM:
                                           logprobs=None if sp.logprobs is None else _logprobs(token_ids, sp.logprobs),
                                           finish_reason=finish,
                                           stop_reason=stop_reason)
-            ids = tok.encode(prompt)
-            outputs.append(RequestOutput(str(k), prompt, ids, None, [completion], True,
+            given = prompt_ids[k] if prompt_ids else None
+            ids = given if given is not None else tok.encode(prompt)
+            # vllm/logprobs.py create_prompt_logprobs: the first prompt token has none
+            prompt_lp = None if sp.prompt_logprobs is None else [None] + _logprobs(ids[1:], sp.prompt_logprobs)
+            outputs.append(RequestOutput(str(k), prompt, ids, prompt_lp, [completion], True,
                                          num_cached_tokens=self._cached_prefix(ids)))
             self._seen_prompts.append(ids)
         return outputs
