@@ -162,7 +162,7 @@ def rule_specs(modes: Sequence[str], width: int, tau: float) -> list[ModeRule]:
                  ModeRule(f"{name}: adaptive SC from 3 until 3", "adaptive-sc-3-from-3", (m,)),
                  ModeRule(f"{name}: CISC-3", "cisc-3", (m,), params=cisc)]
     for schedule in SCHEDULES:
-        shown = ", ".join(modes[i] for i in pattern(schedule, 3)) + ", ..."
+        shown = ", ".join(modes[i] for i in pattern(schedule, 4)) + ", ..."  # 4: the seats' turns differ at the 4th
         rows += [ModeRule(f"{shown}: adaptive SC from 2 until 2", "adaptive-sc-2-from-2", (0, 1), schedule),
                  ModeRule(f"{shown}: adaptive SC from 3 until 3", "adaptive-sc-3-from-3", (0, 1), schedule)]
     rows += [ModeRule(f"{', '.join(modes[i] for i in pattern('alternate', 3))}: CISC-3", "cisc-3", (0, 1), "alternate",

@@ -8,7 +8,8 @@ program first and a chain of thought beside it; more chains of thought until two
 
 - `SCHEDULES`: the named schedules, as patterns of mode positions (0 = the first mode named, 1 = the second), the
   last element repeating: `alternate` (0, 1, 0, 1, ...), `alternate-second-first` (1, 0, 1, 0, ...), `second-then-first`
-  (1, 0, 0, ...), `first-then-second` (0, 1, 1, ...).
+  (1, 0, 0, ...), `first-then-second` (0, 1, 1, ...), and the seats of a three-agent pool taking turns,
+  `seats-first-second-first` (0, 1, 0, 0, 1, 0, ...) and `seats-second-first-second` (1, 0, 1, 1, 0, 1, ...).
 - `interleave(by_mode, pattern, length)`: the sequence a schedule draws, `length` samples long (or until a mode runs
   out).
 """
@@ -25,6 +26,10 @@ SCHEDULES: dict[str, tuple[tuple[int, ...], int | None]] = {
     "alternate-second-first": ((1, 0), None),
     "second-then-first": ((1,), 0),
     "first-then-second": ((0,), 1),
+    # the seats of a pool (a, b, a) or (b, a, b) taking turns, one sample each (a world with env.fresh_per_round: 1
+    # where every agent asks): what a policy that always asks draws
+    "seats-first-second-first": ((0, 1, 0), None),
+    "seats-second-first-second": ((1, 0, 1), None),
 }
 
 

@@ -16,6 +16,7 @@ def test_patterns():
     assert pattern("alternate-second-first", 3) == (1, 0, 1)
     assert pattern("second-then-first", 4) == (1, 0, 0, 0)
     assert pattern("first-then-second", 3) == (0, 1, 1)
+    assert pattern("seats-second-first-second", 7) == (1, 0, 1, 1, 0, 1, 1)
     with pytest.raises(ValueError, match="unknown schedule 'zigzag'; known: alternate"):
         pattern("zigzag", 3)
 
