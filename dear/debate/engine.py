@@ -829,11 +829,13 @@ class DebateEngine:
         r = d.round + 1
         next_sample = d.n_samples
         kinds = [ctl.kinds[i] if ctl.kinds is not None else "revise" for i in range(cfg.n_agents)]
-        drawing = self._drawing(d, r, [k == "fresh" or (k == "revise" and prev[i].waiting) for i, k in enumerate(kinds)])
+        # a new independent sample is asked for by a fresh turn, or by a waiting agent told to revise (it joins)
+        asks = [k == "fresh" or (k == "revise" and prev[i].waiting) for i, k in enumerate(kinds)]
+        drawing = self._drawing(d, r, asks)
         for i in range(cfg.n_agents):
             peers = [int(j) for j in np.flatnonzero(ctl.mask[i]) if not prev[j].waiting]
             kind = kinds[i]
-            if kind in ("fresh", "revise") and (kind == "fresh" or prev[i].waiting) and i not in drawing:
+            if asks[i] and i not in drawing:
                 kind = "keep"  # the debate's sample budget or the round's is spent: no new independent sample
             if prev[i].waiting:  # not answered yet: it joins with a fresh sample, or keeps waiting
                 if kind == "keep":
