@@ -53,6 +53,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     b.add_argument("--subset-seed", type=int, default=0, help="seed of the question subset (default %(default)s)")
     b.add_argument("--seed", type=int, default=0, help="engine seed (default %(default)s)")
     b.add_argument("--max-in-flight", type=int, default=2, help="questions sampled at once (default %(default)s)")
+    b.add_argument("--shared-prompt", action="store_true",
+                   help="read each question's prompt once for all its samples (llama.cpp n_cmpl; sample i then has "
+                        "sample 0's seed + i, not round-0 agent i's, so the question cannot prime an evaluation)")
     add_backend_args(b, max_tokens=384, parallel=9, n_ctx=1024)
     b.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     b.add_argument("-v", "--verbose", action="store_true", help="log each question")
@@ -133,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = ShelfKey(a.benchmark, split, a.profile, a.temperature, a.top_p, a.max_tokens)
     model_file, sha = model_identity(a.llm)
     bank = Bank.open(a.bank, model_file, sha)
-    plan = BuildPlan(key, a.n, a.samples, a.subset_seed, a.seed, a.top_logprobs)
+    plan = BuildPlan(key, a.n, a.samples, a.subset_seed, a.seed, a.top_logprobs, a.shared_prompt)
     options = options_for(a.llm, {"n_parallel": a.parallel, "n_ctx": a.n_ctx})
     generation = {"llm": a.llm, **options, "threads": os.environ.get("DEAR_LLAMA_THREADS", "auto"),
                   "command": command_line(PROG, argv)}

@@ -3,7 +3,10 @@
 The questions are the first `--n` of the benchmark split's seeded shuffle (`dear.tasks.load(name, split, n, seed)`,
 the subsets `eval.run` takes, so a larger `--n` extends a smaller one), each sampled `--samples` times by one wide
 round 0 of the debate engine at the shelf's setting, with its log-probabilities. Sample i has round-0 agent i's seed,
-so the first samples of an evaluation's questions are the requests its round 0 and self-consistency sent.
+so the first samples of an evaluation's questions are the requests its round 0 and self-consistency sent. With
+`--shared-prompt` sample i has sample 0's seed + i instead, and llama.cpp samples a question's samples from one
+request that reads its prompt once (`n_cmpl`): faster where prompts are long beside the replies (bench/bench_shared_prompt.py),
+but such questions cannot prime an evaluation's cache (dear/bank/prime.py refuses their seeds).
 
 Stopping (Ctrl-C, SIGTERM) lets the questions in flight finish and be kept; the same command continues. A question
 whose samples failed is not stored; the next run redoes it.
@@ -42,6 +45,9 @@ class BuildPlan:
     subset_seed: int = 0
     engine_seed: int = 0
     top_logprobs: int = DEFAULT_TOP_LOGPROBS
+    # sample i takes sample 0's seed + i, so llama.cpp reads each question's prompt once for all its samples
+    # (DebateConfig.shared_prompt); False: round-0 agent i's own seed, the request an evaluation's round 0 sends
+    shared_prompt: bool = False
 
 
 def model_identity(llm: str) -> tuple[str, str]:
@@ -71,7 +77,7 @@ def build(bank: Bank, plan: BuildPlan, backend: Backend, max_in_flight: int = 1,
     questions = tasks.load(key.benchmark, split=key.split, n=plan.n, seed=plan.subset_seed)
     todo = todo_questions(shelf, questions, plan.samples)
     settings = {**(generation or {}), "engine_seed": plan.engine_seed, "subset_seed": plan.subset_seed,
-                "top_logprobs": plan.top_logprobs, "backend": backend.model_id}
+                "top_logprobs": plan.top_logprobs, "backend": backend.model_id, "shared_prompt": plan.shared_prompt}
     if not todo:
         log.info("nothing to do: %d questions x %d samples are on %s", len(questions), plan.samples, key.name)
         if shelf.path.exists():
@@ -79,7 +85,7 @@ def build(bank: Bank, plan: BuildPlan, backend: Backend, max_in_flight: int = 1,
         return 0
     cfg = DebateConfig(n_agents=plan.samples, n_rounds=0, temperature0=key.temperature, top_p0=key.top_p,
                        max_tokens=key.max_tokens, seed=plan.engine_seed, logprobs=plan.top_logprobs,
-                       agent_profiles=None if key.profile == "cot" else (AgentProfile(style=key.profile),))
+                       shared_prompt=plan.shared_prompt, agent_profiles=None if key.profile == "cot" else (AgentProfile(style=key.profile),))
     lock = threading.Lock()
     added = {"n": 0, "failed": 0}
     t0 = time.perf_counter()

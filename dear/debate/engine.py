@@ -100,6 +100,12 @@ class DebateConfig:
     # peers are shown a `pot` turn's program (False: only what it printed; its author always sees its own).
     sandbox_limits: SandboxLimits = DEFAULT_LIMITS
     show_programs: bool = True
+    # Independent samples numbered from one seed (False: each its own derived seed): sample n of a debate (round-0
+    # agent n, or the n-th fresh sample) takes sample 0's seed + n, so round 0's requests differ only in seeds
+    # counting up by one and llama.cpp samples them from one request that reads the prompt once (`n_cmpl`,
+    # dear/llm/local.py). Another numbering than the default's: a run with it sends other requests than one without
+    # (a response cache or a bank shelf built the other way does not serve it).
+    shared_prompt: bool = False
 
     def __post_init__(self):
         if isinstance(self.sandbox_limits, Mapping):  # `dataclasses.asdict` of a config writes a mapping
@@ -798,12 +804,16 @@ class DebateEngine:
         seed_parts = (self.config.seed, d.seed, agent, round_) + ((attempt,) if attempt else ())
         if sample is not None:
             seed_parts = (self.config.seed, d.seed, sample, 0) + ((attempt,) if attempt else ())
+        seed = derive_seed(*seed_parts)
+        index = sample if sample is not None else (agent if round_ == 0 else None)
+        if self.config.shared_prompt and index is not None:  # sample n: sample 0's seed + n
+            seed = derive_seed(self.config.seed, d.seed, 0, 0, *((attempt,) if attempt else ())) + index
         req = ChatRequest(
             messages=tuple(messages),
             temperature=float(temperature),
             top_p=float(top_p),
             max_tokens=int(max_tokens),
-            seed=derive_seed(*seed_parts),
+            seed=seed,
             session=f"{d.debate_id}/agent{agent}",
             logprobs=self.config.logprobs,
             metadata={
@@ -813,7 +823,7 @@ class DebateEngine:
                 "question_text": d.question.question, "attempt": attempt, "fresh": sample is not None,
                 # the index among the debate's independent samples (round 0's agents, then fresh turns; a bank
                 # world replays its stored sample), None for a revise turn
-                "sample": sample if sample is not None else (agent if round_ == 0 else None),
+                "sample": index,
                 # only with profiles, so that the paper's requests stay as they were; pool_index = whose profile
                 **({"profile": self._profile(d, agent).name, "style": self._profile(d, agent).style,
                     "pool_index": d.pool_index(agent)} if self.config.agent_profiles is not None else {}),

@@ -199,17 +199,28 @@ def _error_completion(message: str, latency_s: float) -> Completion:
 CANCELLED = "cancelled: the backend is closing"
 
 
-class _StreamedChat:
-    """Collects a streamed chat completion (llama.cpp's OpenAI-style chunks) into the one response a
-    non-streamed call returns; `on_chunk` returns True, which ends the stream, once `closing` is set."""
+@dataclass
+class _StreamedChoice:
+    """One choice's part of a stream: its text pieces, token log-probabilities, finish reason, usage and timings."""
 
-    def __init__(self, closing: threading.Event):
+    parts: list[str] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # each streamed token's OpenAI-style entry
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+
+
+class _StreamedChat:
+    """Collects a streamed chat completion (llama.cpp's OpenAI-style chunks) into the response a non-streamed call
+    returns, one per choice (`n` of them: a request for several samples, llama.cpp's `n_cmpl`, streams its choices
+    interleaved, each chunk naming its `index`); `on_chunk` returns True, which ends the stream, once `closing` is
+    set. llama.cpp sends each choice's usage and timings in a chunk without choices right after that choice's
+    finishing chunk, so they go to the choice that finished last."""
+
+    def __init__(self, closing: threading.Event, n: int = 1):
         self._closing = closing
-        self._parts: list[str] = []
-        self._logprobs: list[dict[str, Any]] = []  # each streamed token's OpenAI-style logprobs entry
-        self._finish_reason: str | None = None
-        self._usage: dict[str, Any] | None = None
-        self._timings: dict[str, Any] | None = None
+        self._choices = [_StreamedChoice() for _ in range(n)]
+        self._last_finished: _StreamedChoice | None = None
         self._error: Any = None
         self.cancelled = False
         self.streamed_tokens = 0  # counted into GENERATED_TOKENS as they arrive; the usage corrects the total
@@ -221,38 +232,62 @@ class _StreamedChat:
         if "error" in chunk or ("message" in chunk and "choices" not in chunk):
             self._error = chunk.get("error", chunk)  # llama.cpp's error body, or xllamacpp's own wrapper
             return True
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
+        for c in chunk.get("choices") or ():
+            index = c.get("index") or 0
+            if not 0 <= index < len(self._choices):
+                self._error = {"message": f"a chunk of choice {index}, but {len(self._choices)} were asked for"}
+                return True
+            choice = self._choices[index]
+            delta = c.get("delta") or {}
             if delta.get("content"):
-                self._parts.append(delta["content"])
+                choice.parts.append(delta["content"])
                 self.streamed_tokens += 1  # llama.cpp streams one token per chunk
                 GENERATED_TOKENS.add(1)
-            self._logprobs.extend((choice.get("logprobs") or {}).get("content") or ())
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
-        self._usage = chunk.get("usage") or self._usage
-        self._timings = chunk.get("timings") or self._timings
+            choice.logprobs.extend((c.get("logprobs") or {}).get("content") or ())
+            if c.get("finish_reason"):
+                choice.finish_reason = c["finish_reason"]
+                self._last_finished = choice
+        if self._last_finished is not None:
+            self._last_finished.usage = chunk.get("usage") or self._last_finished.usage
+            self._last_finished.timings = chunk.get("timings") or self._last_finished.timings
         if self._closing.is_set():
             self.cancelled = True
             return True
         return False
 
-    def response(self) -> dict[str, Any]:
-        """The non-streamed response body these chunks make up (or llama.cpp's error object)."""
+    def response(self, index: int = 0) -> dict[str, Any]:
+        """The non-streamed response body of choice `index` (or llama.cpp's error object)."""
         if self._error is not None:
             return {"error": self._error}
-        if self._finish_reason is None:
+        streamed = self._choices[index]
+        if streamed.finish_reason is None:
             return {"error": {"message": "the stream ended without a finish reason"}}
-        choice: dict[str, Any] = {"message": {"content": "".join(self._parts)}, "finish_reason": self._finish_reason}
-        if self._logprobs:
-            choice["logprobs"] = {"content": self._logprobs}
-        body: dict[str, Any] = {
-            "choices": [choice],
-            "usage": self._usage or {},
-        }
-        if self._timings is not None:
-            body["timings"] = self._timings
+        choice: dict[str, Any] = {"message": {"content": "".join(streamed.parts)},
+                                  "finish_reason": streamed.finish_reason}
+        if streamed.logprobs:
+            choice["logprobs"] = {"content": streamed.logprobs}
+        body: dict[str, Any] = {"choices": [choice], "usage": streamed.usage or {}}
+        if streamed.timings is not None:
+            body["timings"] = streamed.timings
         return body
+
+
+def shared_prompt_runs(requests: Sequence[ChatRequest], limit: int) -> list[list[int]]:
+    """The batch's requests in runs that llama.cpp can sample from one request (`n_cmpl`: the prompt is read once and
+    its KV state copied to the other slots, child j sampling with the first request's seed + j): adjacent requests
+    equal in everything but the seed, whose seeds count up by one, at most `limit` to a run. Every other request
+    is a run of its own. A debate engine sends such runs when `DebateConfig.shared_prompt` numbers round 0's seeds
+    so."""
+    runs: list[list[int]] = []
+    for i, r in enumerate(requests):
+        if runs and len(runs[-1]) < limit:
+            first = requests[runs[-1][0]]
+            if (r.seed is not None and first.seed is not None and r.seed == first.seed + len(runs[-1])
+                    and replace(r, seed=first.seed, session=first.session) == first):
+                runs[-1].append(i)
+                continue
+        runs.append([i])
+    return runs
 
 
 # llama.cpp's draftless speculative decoding types (`--spec-type`), by the name the server's CLI uses.
@@ -532,10 +567,17 @@ class LocalLlamaBackend(Backend):
             time.sleep(0.01)
 
     def _one(self, request: ChatRequest, extra: dict[str, Any] | None = None) -> Completion:
+        return self._samples(request, 1, extra)[0]
+
+    def _samples(self, request: ChatRequest, n: int, extra: dict[str, Any] | None = None) -> list[Completion]:
+        """`n` samples of one request: the request itself, and for n > 1 llama.cpp's `n_cmpl` children, which read
+        no prompt of their own (the parent's KV state is copied) and sample with seeds request.seed + 1, + 2, ..."""
         if self._closing.is_set():
-            return _error_completion(CANCELLED, 0.0)
+            return [_error_completion(CANCELLED, 0.0)] * n
         body = request_payload(request, {**self._extra, **(extra or {})})
         body["cache_prompt"] = self._cache_prompt
+        if n > 1:
+            body["n_cmpl"] = n
         # Streamed, so close() can cancel a request inside llama.cpp: the callback's True ends the stream and
         # the server cancels the task. The text and usage are gathered back into one response.
         body["stream"] = True
@@ -543,39 +585,52 @@ class LocalLlamaBackend(Backend):
         # Progress chunks while the prompt is read give the callback a say then too: without them a stop waits
         # for every slot to finish reading its prompt (bench/bench_stop.py).
         body["return_progress"] = self._progress_chunks
-        stream = _StreamedChat(self._closing)
-        slot = self._slots.acquire(request.session) if self._cache_prompt else None
+        stream = _StreamedChat(self._closing, n)
+        slot = self._slots.acquire(request.session) if self._cache_prompt and n == 1 else None
         if slot is not None:
             body["id_slot"] = slot
         started = time.perf_counter()
         with self._in_flight_lock:
-            self._in_flight += 1
+            self._in_flight += n
         try:
             self._server.handle_chat_completions(body, stream.on_chunk)
         except Exception as exc:  # noqa: BLE001 - a bad request raises instead of returning an error object
-            return _error_completion(f"llama.cpp: {type(exc).__name__}: {exc}", time.perf_counter() - started)
+            return [_error_completion(f"llama.cpp: {type(exc).__name__}: {exc}", time.perf_counter() - started)] * n
         finally:
             self._slots.release(slot)
             with self._in_flight_lock:
-                self._in_flight -= 1
+                self._in_flight -= n
         latency = time.perf_counter() - started
         if stream.cancelled:
-            return _error_completion(CANCELLED, latency)
-        data = stream.response()
-        if isinstance(data, dict):
-            self.server_timings.add(data.get("timings") or {})
-        completion = parse_chat_response(data, latency)
-        if completion.ok:  # the exact count replaces the streamed estimate
-            GENERATED_TOKENS.add(completion.completion_tokens - stream.streamed_tokens)
-        return completion
+            return [_error_completion(CANCELLED, latency)] * n
+        completions = []
+        for index in range(n):
+            data = stream.response(index)
+            timings = data.get("timings") or {}
+            c = parse_chat_response(data, latency)
+            if index:  # a child read no prompt: the parent's KV state was copied to it
+                timings = {**timings, "prompt_n": 0, "prompt_ms": 0.0}
+                c = replace(c, reused_prompt_tokens=c.prompt_tokens)
+            self.server_timings.add(timings)
+            completions.append(c)
+        # the exact counts replace the streamed estimate
+        GENERATED_TOKENS.add(sum(c.completion_tokens for c in completions if c.ok) - stream.streamed_tokens)
+        return completions
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        """Every request at once, each from its own thread; a run of requests that differ only in seeds counting up
+        by one (`shared_prompt_runs`) goes as one request for that many samples, so its prompt is read once."""
         if self._server is None:
             raise BackendError("LocalLlamaBackend is closed")
         if self.repeatable:  # the next request goes only once the previous one has returned
             with self._serial:
                 return [self._one(r) for r in requests]
-        return list(self._pool.map(self._one, requests))
+        runs = shared_prompt_runs(requests, self.n_parallel)
+        out: list[Completion | None] = [None] * len(requests)
+        for run, completions in zip(runs, self._pool.map(lambda run: self._samples(requests[run[0]], len(run)), runs)):
+            for i, c in zip(run, completions):
+                out[i] = c
+        return out  # type: ignore[return-value]
 
     def score(self, requests: Sequence[ChatRequest], texts: Sequence[str]) -> list[Completion]:
         """Teacher forcing (`Backend.score`): each text's tokens (the tokenizer's own split of it) are forced by a

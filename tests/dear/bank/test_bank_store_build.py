@@ -85,6 +85,26 @@ def test_build_extend_and_resume_on_the_smoke_model(tmp_path, smoke):
     assert (entry["questions"], entry["samples"]) == (3, 9) and Bank.open(tmp_path).verify() == []
 
 
+@pytest.mark.timeout(300)
+def test_a_shared_prompt_build_reads_each_prompt_once(tmp_path, smoke):
+    """`--shared-prompt`: sample i has sample 0's seed + i and llama.cpp reads each question's prompt once for all
+    its samples; two questions in flight, each wanting every slot, both finish."""
+    bank = Bank.open(tmp_path, "smol.gguf", "c" * 64)
+    read_before = smoke.server_timings.prompt_tokens
+    plan = BuildPlan(KEY, n=2, samples=3, top_logprobs=2, shared_prompt=True)
+    assert build(bank, plan, smoke, max_in_flight=2, progress=False) == 2
+    shelf = Bank.open(tmp_path).shelf(KEY)
+    read = smoke.server_timings.prompt_tokens - read_before
+    for q in tasks.load("gsm8k", "test", n=2, seed=0):
+        samples = shelf.of(q.id)
+        assert [s.seed for s in samples] == [derive_seed(0, default_debate_seed(q), 0, 0) + i for i in range(3)]
+        # each sample its own log-probabilities (llama.cpp counts a stop's end-of-text token, which has none)
+        assert all(s.completion_tokens - (s.finish_reason == "stop") == s.confidence["n_tokens"] for s in samples)
+    one_prompt_each = sum(shelf.of(q)[0].prompt_tokens for q in shelf.questions)
+    assert read <= one_prompt_each  # (less where the slot's cache held the system prompt)
+    assert bank.manifest["shelves"][KEY.name]["generation"]["shared_prompt"] is True
+
+
 def test_the_command_builds_shows_and_verifies(tmp_path, capsys):
     pytest.importorskip("xllamacpp")
     argv = ["build", "--llm", "smoke", "--benchmark", "gsm8k", "--split", "test", "--n", "1", "--samples", "2",

@@ -98,3 +98,24 @@ def test_a_round_budget_serves_the_askers_in_a_seat_order_that_rotates():
     assert d.n_samples == 5 and sum(len(call) for call in backend.calls) == 5
     with pytest.raises(ValueError, match="fresh_per_round must be >= 1"):
         DebateConfig(n_agents=3, fresh_per_round=0)
+
+
+def test_shared_prompt_numbers_every_sample_from_sample_0s_seed():
+    """DebateConfig.shared_prompt: round-0 agent n and the n-th fresh sample both take sample 0's seed + n, so a wide
+    round 0 is one run of requests that differ only in seeds counting up by one (llama.cpp reads its prompt once)."""
+    backend = FakeBackend(by_seed)
+    eng = DebateEngine(backend, DebateConfig(n_agents=3, n_rounds=2, seed=5, start_width=1, shared_prompt=True))
+    (d,) = eng.start(QUESTIONS[:1])
+    eng.step([d], [control(("keep", "fresh", "fresh"))])
+    eng.step([d], [control(("fresh", "keep", "keep"))])
+    seeds = [r.seed for call in backend.calls for r in call]
+    assert seeds == [seeds[0], seeds[0] + 1, seeds[0] + 2, seeds[0] + 3]
+    wide = FakeBackend(by_seed)
+    DebateEngine(wide, DebateConfig(n_agents=3, n_rounds=0, seed=5, shared_prompt=True)).start(QUESTIONS[:1])
+    requests = wide.calls[0]
+    assert [r.seed for r in requests] == seeds[:3]
+    from dear.llm.local import shared_prompt_runs
+    assert shared_prompt_runs(requests, limit=9) == [[0, 1, 2]]
+    default = FakeBackend(by_seed)
+    DebateEngine(default, DebateConfig(n_agents=3, n_rounds=0, seed=5)).start(QUESTIONS[:1])
+    assert shared_prompt_runs(default.calls[0], limit=9) == [[0], [1], [2]]  # derived seeds: one request each

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 import threading
 import time
 
 import pytest
 
 from dear.llm import BackendError, ChatMessage, ChatRequest, make_backend
-from dear.llm.local import CANCELLED, LocalLlamaBackend, _StreamedChat, parse_chat_response
+from dear.llm.local import CANCELLED, LocalLlamaBackend, _StreamedChat, parse_chat_response, shared_prompt_runs
 
 # One thread: on a shared (CI) machine, llama.cpp threads spinning at barriers slow each other ~10x.
 THREADS = 1
@@ -112,6 +113,52 @@ def test_streamed_chunks_make_up_one_response_and_errors_stay_errors():
     closing.set()
     stopped = _StreamedChat(closing)
     assert stopped.on_chunk({"choices": [{"delta": {"content": "4"}}]}) is True and stopped.cancelled
+
+
+def test_interleaved_choices_of_one_request_each_make_up_their_own_response():
+    """A request for several samples (llama.cpp's n_cmpl) streams its choices interleaved; each choice's usage comes
+    in a chunk without choices right after its finishing chunk."""
+    stream = _StreamedChat(threading.Event(), n=2)
+    for chunk in ({"choices": [{"index": 1, "delta": {"content": "7"}}]},
+                  {"choices": [{"index": 0, "delta": {"content": "4"}}]},
+                  {"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}]},
+                  {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}, "timings": {"predicted_n": 1}},
+                  {"choices": [{"index": 0, "delta": {"content": "2"}}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+                  {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}, "timings": {"predicted_n": 2}}):
+        assert stream.on_chunk(chunk) is False
+    first, second = (parse_chat_response(stream.response(i), 0.1) for i in (0, 1))
+    assert (first.text, first.finish_reason, first.completion_tokens) == ("42", "length", 2)
+    assert (second.text, second.finish_reason, second.completion_tokens) == ("7", "stop", 1)
+    assert stream.response(1)["timings"] == {"predicted_n": 1}
+    assert stream.streamed_tokens == 3
+    bad = _StreamedChat(threading.Event(), n=2)
+    assert bad.on_chunk({"choices": [{"index": 2, "delta": {"content": "x"}}]}) is True
+    assert "choice 2" in parse_chat_response(bad.response(0), 0.1).error
+
+
+def test_only_adjacent_requests_that_differ_in_seeds_counting_up_share_a_prompt():
+    base = ChatRequest(PROMPT, seed=10, max_tokens=8, session="d/agent0")
+    other = ChatRequest(PROMPT, seed=13, max_tokens=9)
+    batch = [base, replace(base, seed=11, session="d/agent1"), replace(base, seed=12), other,
+             replace(base, seed=13), replace(base, seed=20), replace(base, seed=21), ChatRequest(PROMPT)]
+    assert shared_prompt_runs(batch, limit=9) == [[0, 1, 2], [3], [4], [5, 6], [7]]
+    assert shared_prompt_runs(batch[:3], limit=2) == [[0, 1], [2]]  # at most a run per free slot set
+
+
+def test_consecutive_seeds_are_sampled_from_one_prompt_read(smoke):
+    """Requests that differ only in seeds counting up go as one llama.cpp request for that many samples: the prompt
+    is read once (the children report it reused), each sample has its own text, finish and log-probabilities."""
+    t = smoke.server_timings
+    before = t.prompt_tokens
+    requests = [ChatRequest(PROMPT, temperature=1.0, top_p=1.0, seed=500 + k, max_tokens=10, logprobs=1)
+                for k in range(3)]
+    out = smoke.generate(requests)
+    assert all(c.ok for c in out), [c.error for c in out]
+    assert len({c.text for c in out}) == 3
+    assert all(c.logprobs is not None and len(c.logprobs.chosen) == c.completion_tokens for c in out)
+    assert [c.reused_prompt_tokens == c.prompt_tokens for c in out] == [False, True, True]
+    assert t.prompt_tokens - before == out[0].computed_prompt_tokens  # one prompt read for three samples
 
 
 def test_missing_gguf_is_a_backend_error(tmp_path):
