@@ -40,10 +40,10 @@ from dear.bank.replay import samples_of
 from dear.bank.store import Bank, BankSample, ShelfKey, shown_path
 from dear.cli import command_line, require_at_least
 from dear.cli import run as run_cli
-from dear.debate.mode_mixing import SCHEDULES, interleave, pattern
-from dear.debate.replay_orders import orders, permuted, rotations
+from dear.debate.mode_mixing import SCHEDULES, drawn, pattern
+from dear.debate.replay_orders import orders, rotations
 from dear.debate.sampling_rules import (DEFAULT_PARAMS, DEFAULT_RULE_PARAMS, RULE_SUMMARY, FittedParams, RuleParams,
-                                        Samples, rule_outcome)
+                                        rule_outcome)
 from dear.llm.registry import is_synthetic
 from eval.bank_replay import on_frontier, plot_points
 
@@ -171,15 +171,6 @@ def rule_specs(modes: Sequence[str], width: int, tau: float) -> list[ModeRule]:
     return rows
 
 
-def drawn(spec: ModeRule, by_mode: Sequence[Samples], order_sets: Sequence[Sequence[tuple[int, ...]]],
-          p: int) -> Samples:
-    """The samples the row draws in order p (each mode in its own p-th order)."""
-    ordered = [permuted(by_mode[m], order_sets[m][p]) for m in range(len(by_mode))]
-    if spec.schedule is None:
-        return ordered[spec.modes[0]]
-    return interleave(ordered, pattern(spec.schedule, sum(len(s.keys) for s in ordered)))
-
-
 def evaluate(spec: ModeRule, shelves: Sequence[ModeShelf], n_orders: int, seed: int) -> RuleResult:
     """The row's order-averaged score, tokens and samples per question (a single sample of one mode: the exact
     mean over positions, through the rotations)."""
@@ -189,8 +180,8 @@ def evaluate(spec: ModeRule, shelves: Sequence[ModeShelf], n_orders: int, seed: 
         by_mode = [samples_of(s.samples[q], RULE_SUMMARY) for s in shelves]
         order_sets = [rotations(len(b.keys)) if exact else orders(len(b.keys), n_orders, seed, f"{q}/{s.mode}")
                       for b, s in zip(by_mode, shelves)]
-        runs = [rule_outcome(drawn(spec, by_mode, order_sets, p), spec.rule, params=spec.params)
-                for p in range(len(order_sets[spec.modes[0]]))]
+        runs = [rule_outcome(drawn(by_mode, [o[p] for o in order_sets], spec.schedule, spec.modes[0]), spec.rule,
+                             params=spec.params) for p in range(len(order_sets[spec.modes[0]]))]
         scores.append(float(np.mean([r.score for r in runs])))
         tokens.append(float(np.mean([r.tokens for r in runs])))
         used.append(float(np.mean([r.used for r in runs])))

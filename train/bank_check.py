@@ -45,6 +45,7 @@ from dear.atomic import atomic_write_text
 from dear.cli import comma_list, command_line
 from dear.cli import run as run_cli
 from dear.bank.replay import samples_of
+from dear.debate.mode_mixing import SCHEDULES, drawn, pattern
 from dear.debate.replay_orders import ReplayQuestion, fit_tau, fit_threshold, orders, permuted
 from dear.debate.sampling_rules import CONFIDENT_STOP, RULE_SUMMARY, RuleParams, Samples, rule_outcome
 from dear.policy import JointPolicy
@@ -148,18 +149,20 @@ def bank_samples(cfg: TrainConfig) -> int:
         backend.close()
 
 
-def shelf_samples(cfg: TrainConfig, split: str) -> dict[str, Samples]:
-    """Each question's banked samples (answers, grades, tokens, confidence) on the shelf the world reads for `split`,
-    cut to the fewest any question of the train shelf holds (the most a debate may draw)."""
+def shelf_samples(cfg: TrainConfig, split: str, style: str | None = None) -> dict[str, Samples]:
+    """Each question's banked samples (answers, grades, tokens, confidence) on the shelf the world reads for `split`
+    (in a pool that mixes reply modes, the shelf of `style`), cut to the fewest any question of the train shelf holds
+    (the most a debate may draw)."""
     from train.build import make_local_backend
 
     def read(split: str) -> dict[str, Samples]:
         backend = make_local_backend(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, split=split)))
         try:
-            if len(backend.keys) != 1:
-                raise ValueError(f"{PROG}: the confidence rules replay one shelf; the world reads "
-                                 f"{', '.join(k.name for k in backend.keys)}")
-            shelf = backend.bank.shelf(backend.keys[0])
+            keys = [k for k in backend.keys if style is None or k.profile == style]
+            if len(keys) != 1:
+                raise ValueError(f"{PROG}: a rule replays one shelf{'' if style is None else ' of ' + style}; the "
+                                 f"world reads {', '.join(k.name for k in backend.keys)}")
+            shelf = backend.bank.shelf(keys[0])
             return {q: samples_of(shelf.of(q), RULE_SUMMARY) for q in shelf.questions}
         finally:
             backend.close()
@@ -258,6 +261,7 @@ def run_price(config: str, overrides: Sequence[str], price: float, seeds: Sequen
                                       time.process_time() - t0), fit_scores=scores,
                 questions=[e.question_id for e in eps])
     confidence_rows(base, price, split, run, done, eval_seed)
+    mixing_rows(base, price, split, run, done, eval_seed)
     for seed in seeds:
         key = f"dear-{seed}"
         if key in done:
@@ -299,6 +303,45 @@ def confidence_rows(base: TrainConfig, price: float, split: str, run: CheckDir, 
         row = replay_row(name, rule, params[rule], samples, reference["questions"], price, REPLAY_ORDERS, seed)
         run.add(f"replay-{rule}", dataclasses.replace(row, cpu_s=time.process_time() - t0),
                 questions=reference["questions"])
+
+
+MIXING_RULE = "adaptive-sc-2-from-2"  # the stop the mixed-mode policies learned: two answers agree
+
+
+def mixing_rows(base: TrainConfig, price: float, split: str, run: CheckDir, done: dict, seed: int) -> None:
+    """In a pool that mixes two reply modes, the fixed mixing rules (dear.debate.mode_mixing) beside the world's rows:
+    adaptive SC (from 2, until 2 agree) over each mode alone and over every named schedule of the two, replayed on
+    the same questions as the world's debates (a question's k-th debate reads the k-th seeded order of each mode's
+    banked samples, as eval.mode_replay orders them), real samples and no world in between."""
+    styles = list(dict.fromkeys(p.style for p in base.env.profiles(base.llm.backend_spec()) or ()))
+    reference = next((r for r in run.rows().values() if r.get("questions")), None)
+    if len(styles) != 2 or reference is None:
+        return
+    # (row key, name, schedule, mode): each mode alone, then every schedule (4 draws: the seats' turns differ at the 4th)
+    specs = [(f"replay-mix-{mode}", f"{mode}: adaptive SC from 2", None, m) for m, mode in enumerate(styles)]
+    specs += [(f"replay-mix-{name}", ", ".join(styles[i] for i in pattern(name, 4)) + ", ...: adaptive SC from 2",
+               name, 0) for name in SCHEDULES]
+    missing = [spec for spec in specs if spec[0] not in done]
+    if not missing:
+        return
+    t0 = time.process_time()
+    by_style = [shelf_samples(base, split, style) for style in styles]
+    for key, name, schedule, mode in missing:
+        seen: dict[str, int] = {}
+        scores, tokens = [], []
+        for q in reference["questions"]:
+            k = seen.get(q, 0)
+            seen[q] = k + 1
+            samples = [shelf[q] for shelf in by_style]
+            mode_orders = [orders(len(s.keys), REPLAY_ORDERS, seed, f"{q}/{style}")[k % REPLAY_ORDERS]
+                           for s, style in zip(samples, styles)]
+            out = rule_outcome(drawn(samples, mode_orders, schedule, mode), MIXING_RULE)
+            scores.append(out.score)
+            tokens.append(out.tokens)
+        row = Row(name, "rule", float(np.mean(scores)), float(np.mean(tokens)), math.nan, math.nan, math.nan,
+                  math.nan, len(scores), f"{MIXING_RULE} over {schedule or styles[mode] + ' alone'} (replayed)",
+                  scores, [objective(x, t, price) for x, t in zip(scores, tokens)], time.process_time() - t0)
+        run.add(key, row, questions=reference["questions"])
 
 
 def by_question_difference(a: Sequence[float], b: Sequence[float], questions: Sequence[str],

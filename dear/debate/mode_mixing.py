@@ -10,14 +10,16 @@ program first and a chain of thought beside it; more chains of thought until two
   last element repeating: `alternate` (0, 1, 0, 1, ...), `alternate-second-first` (1, 0, 1, 0, ...), `second-then-first`
   (1, 0, 0, ...), `first-then-second` (0, 1, 1, ...), and the seats of a three-agent pool taking turns,
   `seats-first-second-first` (0, 1, 0, 0, 1, 0, ...) and `seats-second-first-second` (1, 0, 1, 1, 0, 1, ...).
-- `interleave(by_mode, pattern, length)`: the sequence a schedule draws, `length` samples long (or until a mode runs
-  out).
+- `interleave(by_mode, positions)`: the sequence a schedule draws (until a mode it asks for runs out).
+- `drawn(by_mode, mode_orders, schedule)`: what a rule reads in one replay: each mode's samples in its own order,
+  interleaved by the schedule (or one mode alone).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dear.debate.replay_orders import permuted
 from dear.debate.sampling_rules import Samples
 
 # name -> (the pattern's head, the mode position repeated after it)
@@ -69,3 +71,13 @@ def interleave(by_mode: Sequence[Samples], positions: Sequence[int]) -> Samples:
     any_confidence = any(by_mode[m].confidence is not None for m, _ in picks)
     return Samples(pick("keys"), pick("correct"), pick("tokens"),
                    tuple(confidence(m, i) for m, i in picks) if any_confidence else None)
+
+
+def drawn(by_mode: Sequence[Samples], mode_orders: Sequence[tuple[int, ...]], schedule: str | None,
+          mode: int = 0) -> Samples:
+    """The samples a rule reads in one replay: mode m's samples in the order `mode_orders[m]`, interleaved by the named
+    `schedule` as long as the modes last (None: mode `mode`'s alone)."""
+    ordered = [permuted(samples, order) for samples, order in zip(by_mode, mode_orders)]
+    if schedule is None:
+        return ordered[mode]
+    return interleave(ordered, pattern(schedule, sum(len(s.keys) for s in ordered)))

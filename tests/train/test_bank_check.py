@@ -81,3 +81,33 @@ def test_a_replayed_rule_reads_one_seeded_order_per_debate():
     assert row.scores == want and row.episodes == 3
     assert row.tokens_per_question == pytest.approx(sum(s.tokens[firsts[k % 2]] for k in range(3)) / 3)
     assert row.objectives[0] == pytest.approx(want[0] - 0.05 * s.tokens[firsts[0]] / 1000)
+
+
+def test_a_mixed_pool_gets_the_fixed_mixing_rules_replayed_on_the_worlds_questions(tmp_path, monkeypatch):
+    """In a pool of cot and pot agents, each mode alone and every schedule of both are replayed (adaptive SC from 2)
+    on the questions of the world's debates: here cot always answers a (right) and pot always b (wrong)."""
+    import train.bank_check as bank_check
+    from dear.debate.mode_mixing import SCHEDULES
+    from dear.debate.sampling_rules import Samples
+    from train.config import load_config
+    from train.learning_check import CheckDir, Row, read_rows
+
+    shelves = {"cot": {"q1": Samples(("a",) * 4, (True,) * 4, (10,) * 4, None)},
+               "pot": {"q1": Samples(("b",) * 4, (False,) * 4, (5,) * 4, None)}}
+    monkeypatch.setattr(bank_check, "shelf_samples", lambda cfg, split, style=None: shelves[style])
+    base = load_config("gsm8k-modes", ["env.encoder=hashing"])  # the pool cot, pot, cot
+    run = CheckDir(tmp_path, {"overrides": []})
+    run.add("world-row", Row("a world row", "rule", 1.0, 10.0, 0, 0, 0, 0, 2), questions=["q1", "q1"])
+    bank_check.mixing_rows(base, 0.05, "train/holdout", run, run.rows(), seed=0)
+    rows = run.rows()
+    assert set(rows) == {"world-row", "replay-mix-cot", "replay-mix-pot", *(f"replay-mix-{s}" for s in SCHEDULES)}
+    want = {"cot": (1.0, 20), "pot": (0.0, 10), "alternate": (1.0, 25), "alternate-second-first": (0.0, 20),
+            "first-then-second": (0.0, 20), "second-then-first": (1.0, 25), "seats-first-second-first": (1.0, 25),
+            "seats-second-first-second": (0.0, 20)}  # e.g. a, b, a: right after 3; b, a, b: wrong
+    for key, (score, tokens) in want.items():
+        row = rows[f"replay-mix-{key}"]
+        assert row["scores"] == [score, score] and row["tokens_per_question"] == tokens, key
+        assert row["questions"] == ["q1", "q1"] and row["objectives"][0] == pytest.approx(score - 0.05 * tokens / 1000)
+    assert rows["replay-mix-alternate"]["name"] == "cot, pot, cot, pot, ...: adaptive SC from 2"
+    bank_check.mixing_rows(base, 0.05, "train/holdout", run, run.rows(), seed=0)  # done rows are not added again
+    assert len(read_rows(tmp_path)) == len(rows)

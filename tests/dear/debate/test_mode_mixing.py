@@ -44,3 +44,12 @@ def test_a_mixing_rule_reads_the_interleaved_draws():
     # alternate from cot: a, b, a -> a (right) after 3
     out = rule_outcome(interleave([COT, POT], pattern("alternate", 6)), "adaptive-sc-2-from-2")
     assert (out.score, out.used, out.tokens) == (1.0, 3, 10 + 5 + 11)
+
+
+def test_drawn_orders_each_mode_then_interleaves_or_reads_one_mode_alone():
+    from dear.debate.mode_mixing import drawn
+
+    cot = Samples(("a", "b", "c"), (True, False, False), (1, 2, 3), None)
+    pot = Samples(("x", "y", "z"), (False, True, False), (4, 5, 6), None)
+    assert drawn([cot, pot], [(2, 0, 1), (1, 2, 0)], "alternate").keys == ("c", "y", "a", "z", "b", "x")
+    assert drawn([cot, pot], [(2, 0, 1), (1, 2, 0)], None, mode=1).keys == ("y", "z", "x")

@@ -199,7 +199,7 @@ def test_close_reaches_a_slot_still_reading_its_prompt(monkeypatch):
     on_chunk = _StreamedChat.on_chunk
 
     def spy(self, chunk):
-        if isinstance(chunk, dict) and "prompt_progress" in chunk and not self._parts:
+        if isinstance(chunk, dict) and "prompt_progress" in chunk and not self._choices[0].parts:
             before_first_token.set()
         return on_chunk(self, chunk)
 
