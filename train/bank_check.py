@@ -18,6 +18,9 @@ a question and a seeded order of its banked samples, so many debates per questio
 - The confidence rules, CISC-3 and confident stop (`dear.debate.sampling_rules`), their tau and threshold fitted at
   the price by order-averaged replay on `train/fit` questions: replayed on the banked samples of the same questions
   as the debates above (a question's k-th debate one seeded order of its samples), with no world in between.
+- In a pool that mixes two reply modes (`env.agent_profiles`, e.g. cot, pot, cot), the fixed mixing rules instead of
+  the confidence rules: adaptive SC from 2 over each mode alone and over every schedule of dear.debate.mode_mixing,
+  replayed on the same questions (each mode's samples in their own seeded orders, as eval.mode_replay draws them).
 - DEAR, seed s: the config (`configs/gsm8k.yaml`: `train/fit`) trained at that price, acting deterministically.
 Objective = accuracy - price x tokens / 1000 (envs/reward.py), the reward DEAR is trained on. Differences to the
 best fixed rule are paired over the same debates, with 95 % bootstrap intervals over questions. Rows are appended to `rows.jsonl` as they
