@@ -5,8 +5,8 @@ the subsets `eval.run` takes, so a larger `--n` extends a smaller one), each sam
 round 0 of the debate engine at the shelf's setting, with its log-probabilities. Sample i has round-0 agent i's seed,
 so the first samples of an evaluation's questions are the requests its round 0 and self-consistency sent. With
 `--shared-prompt` sample i has sample 0's seed + i instead, and llama.cpp samples a question's samples from one
-request that reads its prompt once (`n_cmpl`): faster where prompts are long beside the replies (bench/bench_shared_prompt.py),
-but such questions cannot prime an evaluation's cache (dear/bank/prime.py refuses their seeds).
+request that reads its prompt once (`n_cmpl`): faster where prompts are long beside the replies
+(bench/bench_shared_prompt.py), but such questions cannot prime an evaluation's cache (dear/bank/prime.py refuses their seeds).
 
 Stopping (Ctrl-C, SIGTERM) lets the questions in flight finish and be kept; the same command continues. A question
 whose samples failed is not stored; the next run redoes it.
@@ -85,7 +85,8 @@ def build(bank: Bank, plan: BuildPlan, backend: Backend, max_in_flight: int = 1,
         return 0
     cfg = DebateConfig(n_agents=plan.samples, n_rounds=0, temperature0=key.temperature, top_p0=key.top_p,
                        max_tokens=key.max_tokens, seed=plan.engine_seed, logprobs=plan.top_logprobs,
-                       shared_prompt=plan.shared_prompt, agent_profiles=None if key.profile == "cot" else (AgentProfile(style=key.profile),))
+                       shared_prompt=plan.shared_prompt,
+                       agent_profiles=None if key.profile == "cot" else (AgentProfile(style=key.profile),))
     lock = threading.Lock()
     added = {"n": 0, "failed": 0}
     t0 = time.perf_counter()
