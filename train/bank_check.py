@@ -290,13 +290,13 @@ REPLAY_ORDERS = 20
 
 def confidence_rows(base: TrainConfig, price: float, split: str, run: CheckDir, done: dict, seed: int) -> None:
     """The confidence rules' rows (`replay_row`) on the questions of the rows already evaluated (a pool that mixes
-    reply modes has none here: eval.mode_replay replays the rules over both modes)."""
+    reply modes has none here: `mixing_rows` replays the fixed mixing rules over both modes instead)."""
     missing = [(rule, name) for rule, name in CONFIDENCE_RULES if f"replay-{rule}" not in done]
     reference = next((r for r in run.rows().values() if r.get("questions")), None)
     if not missing or reference is None:
         return
     styles = {p.style for p in base.env.profiles(base.llm.backend_spec()) or ()}
-    if len(styles) > 1:  # the mixing rules over both modes are eval.mode_replay's rows
+    if len(styles) > 1:  # a mixed pool's rule rows are mixing_rows'
         log.info("confidence rules left out: they replay one shelf, and the pool mixes %s", ", ".join(sorted(styles)))
         return
     t0 = time.process_time()

@@ -65,7 +65,7 @@ def sample_of(turn, question_id: str) -> BankSample:
 
 def todo_questions(shelf: Shelf, questions: Sequence[tasks.Question], samples: int) -> list[tasks.Question]:
     """The questions that have fewer than `samples` samples on the shelf. A question with some but not all samples
-    is redone whole (its stored samples are kept; the redone ones with the same seeds are not stored twice)."""
+    is redone whole (its stored samples are kept; a redone sample at an index already stored is not stored again)."""
     return [q for q in questions if shelf.n_samples(q.id) < samples]
 
 

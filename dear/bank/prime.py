@@ -1,7 +1,8 @@
 """Prime a response cache with a shelf's samples, so a live evaluation's round 0 is read from the bank, not generated.
 
 Sample i of a banked question is the completion of the very request round-0 agent i of that question's debate sends
-(same prompt, temperature, top-p, token limit and seed: `dear.bank.build`). `prime_cache` stores each sample in a
+(same prompt, temperature, top-p, token limit and seed: `dear.bank.build`), unless the question was built with a
+shared prompt read (`--shared-prompt`: sample i has sample 0's seed + i, so only its sample 0 is that request). `prime_cache` stores each sample in a
 response cache (dear/llm/cache.py) under that request's key and the model id that generated it, so `eval.run
 --cache PATH` with the same model serves the banked round 0 from it (turns marked `cached`, their `source` naming the
 shelf and sample) and generates only what the bank does not hold: the revise turns, and samples beyond the stored
@@ -57,7 +58,8 @@ class _Replay(Backend):
             if stored.seed != r.seed:
                 raise ValueError(f"shelf {self.shelf.key.name}: sample {index} of {question} was drawn with seed "
                                  f"{stored.seed}, but this setting's request has seed {r.seed} (another engine "
-                                 f"seed or question subset); not primed")
+                                 f"seed or question subset, or a build with --shared-prompt, whose samples after "
+                                 f"the first cannot prime); not primed")
             c = completion_of(stored, self.shelf.key)
             self.entries.append((self.model_id, r, c))
             out.append(c)

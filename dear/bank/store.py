@@ -6,7 +6,10 @@ temperature, top-p, token limit, log-probability alternatives), its questions an
 
 A sample is one completion of a question's round-0 prompt at the shelf's setting: its index `sample` (0, 1, ...)
 fixes its seed, the seed round-0 agent `sample` of the question's debate gets (dear.debate.engine), so sample i of
-a bank equals agent i's answer in a round 0 of the same question, and a bank draw of a stored sample is exact.
+a bank equals agent i's answer in a round 0 of the same question, and a bank draw of a stored sample is exact. A
+question built with a shared prompt read (`dear.bank build --shared-prompt`) numbers its samples from one seed
+instead (sample i: sample 0's seed + i); the manifest counts such questions (`shared_prompt_questions`), since its
+`generation` holds only the latest build's settings.
 Each keeps its text, answer, key, grade, tokens, finish reason, seed and confidence record (dear/confidence.py); a
 program-of-thought (`pot`) sample also keeps its program's sandbox run, so a replay reads the answer it was graded by
 and never runs the program again.
@@ -111,6 +114,13 @@ class Shelf:
         """The question's samples in index order (empty when it has none)."""
         return [s for _, s in sorted(self.samples.get(question_id, {}).items())]
 
+    def shares_one_prompt(self, question_id: str) -> bool:
+        """Whether the question's samples were numbered from one seed (sample i: sample 0's seed + i), as a build
+        with a shared prompt read numbers them (`DebateConfig.shared_prompt`); a question of one sample is not."""
+        samples = self.of(question_id)
+        return len(samples) > 1 and all(s.seed is not None and samples[0].seed is not None
+                                        and s.seed == samples[0].seed + s.sample for s in samples)
+
     def load(self) -> Shelf:
         if not self.path.exists():
             return self
@@ -185,8 +195,9 @@ class Bank:
         return self._shelves[key]
 
     def record(self, shelf: Shelf, settings: dict[str, Any]) -> None:
-        """Update the shelf's manifest entry (counts, checksum, the settings it was generated with). The manifest is
-        read again under a lock first, so builds of other shelves in other processes keep their entries."""
+        """Update the shelf's manifest entry (counts, checksum, the settings of the latest build, and how many
+        questions share one prompt read). The manifest is read again under a lock first, so builds of other shelves in
+        other processes keep their entries."""
         with open(self.root / MANIFEST_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             path = self.root / MANIFEST
@@ -195,7 +206,8 @@ class Bank:
             entry = self.manifest["shelves"].setdefault(shelf.key.name, {"key": asdict(shelf.key)})
             entry.update(questions=len(shelf.samples), samples=sum(len(v) for v in shelf.samples.values()),
                          file=shelf.path.name, sha256=sha256_of(shelf.path), bytes=shelf.path.stat().st_size,
-                         generation=settings)
+                         generation=settings,
+                         shared_prompt_questions=sum(shelf.shares_one_prompt(q) for q in shelf.questions))
             self.write_manifest()
 
     def write_manifest(self) -> None:

@@ -208,6 +208,7 @@ class _StreamedChoice:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
+    streamed_tokens: int = 0  # counted into GENERATED_TOKENS as they arrive; its usage corrects the total
 
 
 class _StreamedChat:
@@ -223,7 +224,6 @@ class _StreamedChat:
         self._last_finished: _StreamedChoice | None = None
         self._error: Any = None
         self.cancelled = False
-        self.streamed_tokens = 0  # counted into GENERATED_TOKENS as they arrive; the usage corrects the total
 
     def on_chunk(self, chunk: Any) -> bool:
         if not isinstance(chunk, dict):
@@ -241,7 +241,7 @@ class _StreamedChat:
             delta = c.get("delta") or {}
             if delta.get("content"):
                 choice.parts.append(delta["content"])
-                self.streamed_tokens += 1  # llama.cpp streams one token per chunk
+                choice.streamed_tokens += 1  # llama.cpp streams one token per chunk
                 GENERATED_TOKENS.add(1)
             choice.logprobs.extend((c.get("logprobs") or {}).get("content") or ())
             if c.get("finish_reason"):
@@ -254,6 +254,10 @@ class _StreamedChat:
             self.cancelled = True
             return True
         return False
+
+    def streamed_tokens(self, index: int = 0) -> int:
+        """The tokens of choice `index` counted into GENERATED_TOKENS while it streamed."""
+        return self._choices[index].streamed_tokens
 
     def response(self, index: int = 0) -> dict[str, Any]:
         """The non-streamed response body of choice `index` (or llama.cpp's error object)."""
@@ -275,7 +279,8 @@ class _StreamedChat:
 def shared_prompt_runs(requests: Sequence[ChatRequest], limit: int) -> list[list[int]]:
     """The batch's requests in runs that llama.cpp can sample from one request (`n_cmpl`: the prompt is read once and
     its KV state copied to the other slots, child j sampling with the first request's seed + j): adjacent requests
-    equal in everything but the seed, whose seeds count up by one, at most `limit` to a run. Every other request
+    equal in everything but the seed and the session (a slot hint; each agent has its own), whose seeds count up by
+    one, at most `limit` to a run. Every other request
     is a run of its own. A debate engine sends such runs when `DebateConfig.shared_prompt` numbers round 0's seeds
     so."""
     runs: list[list[int]] = []
@@ -612,9 +617,9 @@ class LocalLlamaBackend(Backend):
                 timings = {**timings, "prompt_n": 0, "prompt_ms": 0.0}
                 c = replace(c, reused_prompt_tokens=c.prompt_tokens)
             self.server_timings.add(timings)
+            if c.ok:  # the exact count replaces the streamed estimate; a failed choice keeps its estimate
+                GENERATED_TOKENS.add(c.completion_tokens - stream.streamed_tokens(index))
             completions.append(c)
-        # the exact counts replace the streamed estimate
-        GENERATED_TOKENS.add(sum(c.completion_tokens for c in completions if c.ok) - stream.streamed_tokens)
         return completions
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:

@@ -32,6 +32,20 @@ def test_shelf_appends_reloads_and_never_stores_a_sample_twice(tmp_path):
     assert Bank.open(tmp_path).verify() == []
 
 
+def test_the_manifest_counts_the_questions_numbered_from_one_seed(tmp_path):
+    """A shelf continued with --shared-prompt holds questions of both numberings; the latest build's settings cannot
+    say which, so the manifest counts them from the stored seeds."""
+    bank = Bank.open(tmp_path, "m.gguf", "a" * 64)
+    shelf = bank.shelf(KEY)
+    own_seeds = [BankSample("q1", i, seed, "t", "1", "1", True, "exact", 10, 5, "stop") for i, seed in
+                 enumerate((907, 13, 4410))]
+    one_seed = [BankSample("q2", i, 500 + i, "t", "1", "1", True, "exact", 10, 5, "stop") for i in range(3)]
+    shelf.append(own_seeds + one_seed + [BankSample("q3", 0, 77, "t", "1", "1", True, "exact", 10, 5, "stop")])
+    bank.record(shelf, {"shared_prompt": True})
+    assert [shelf.shares_one_prompt(q) for q in ("q1", "q2", "q3")] == [False, True, False]
+    assert Bank.open(tmp_path).manifest["shelves"][KEY.name]["shared_prompt_questions"] == 1
+
+
 def test_a_damaged_shelf_fails_verification_and_another_model_is_refused(tmp_path):
     bank = Bank.open(tmp_path, "m.gguf", "a" * 64)
     shelf = bank.shelf(KEY)
@@ -103,6 +117,7 @@ def test_a_shared_prompt_build_reads_each_prompt_once(tmp_path, smoke):
     one_prompt_each = sum(shelf.of(q)[0].prompt_tokens for q in shelf.questions)
     assert read <= one_prompt_each  # (less where the slot's cache held the system prompt)
     assert bank.manifest["shelves"][KEY.name]["generation"]["shared_prompt"] is True
+    assert bank.manifest["shelves"][KEY.name]["shared_prompt_questions"] == 2
 
 
 def test_the_command_builds_shows_and_verifies(tmp_path, capsys):

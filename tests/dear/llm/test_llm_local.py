@@ -131,7 +131,7 @@ def test_interleaved_choices_of_one_request_each_make_up_their_own_response():
     assert (first.text, first.finish_reason, first.completion_tokens) == ("42", "length", 2)
     assert (second.text, second.finish_reason, second.completion_tokens) == ("7", "stop", 1)
     assert stream.response(1)["timings"] == {"predicted_n": 1}
-    assert stream.streamed_tokens == 3
+    assert (stream.streamed_tokens(0), stream.streamed_tokens(1)) == (2, 1)  # each corrected by its own usage
     bad = _StreamedChat(threading.Event(), n=2)
     assert bad.on_chunk({"choices": [{"index": 2, "delta": {"content": "x"}}]}) is True
     assert "choice 2" in parse_chat_response(bad.response(0), 0.1).error
