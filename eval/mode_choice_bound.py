@@ -38,7 +38,6 @@ import numpy as np
 
 from dear import metrics
 from dear.atomic import atomic_write_text
-from dear.bank.backend import DEFAULT_BANK as EMBEDDED_BANK
 from dear.bank.replay import samples_of
 from dear.bank.store import Bank, shown_path
 from dear.cli import command_line, require_at_least
@@ -48,7 +47,7 @@ from dear.debate.replay_orders import orders, permuted
 from dear.debate.sampling_rules import RULE_SUMMARY, Samples
 from dear.vote import key_correct, tally
 from envs.reward import objective
-from eval.mode_replay import find_mode_shelf
+from eval.mode_replay import add_mode_shelf_args, find_mode_shelf, two_modes
 
 PROG = "python -m eval.mode_choice_bound"
 STOP = -1  # the action that ends the draw (a mode position 0 / 1 draws that mode's next sample)
@@ -306,9 +305,11 @@ def markdown(command: str, bank: Bank, test: Pool, fit: Pool, price: float, budg
         do = metrics.paired_bootstrap_diff(r.played.objectives, base.played.objectives, n_boot=n_boot, seed=seed)
         note = r.note + (f"; falls back on {100 * r.played.fallback_share:.1f} % of decisions"
                          if r.played.fallback_share else "")
-        lines.append(f"| {r.label} | {_pct(r.played.accuracy)} | {r.played.mean_tokens:.0f} | "
-                     f"{r.played.per_mode[0]:.2f} / {r.played.per_mode[1]:.2f} | {r.played.objective:.3f} | {_pct(da.mean, True)} [{_pct(da.low, True)}, {_pct(da.high, True)}]"
-                     f" | {do.mean:+.3f} [{do.low:+.3f}, {do.high:+.3f}] | {note} |")
+        cells = [r.label, _pct(r.played.accuracy), f"{r.played.mean_tokens:.0f}",
+                 " / ".join(f"{n:.2f}" for n in r.played.per_mode), f"{r.played.objective:.3f}",
+                 f"{_pct(da.mean, True)} [{_pct(da.low, True)}, {_pct(da.high, True)}]",
+                 f"{do.mean:+.3f} [{do.low:+.3f}, {do.high:+.3f}]", note]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "The upper bound is chosen on the questions it is scored on: what a policy reading the answer "
               "history could do at best there, never a result a method gets."]
     return "\n".join(lines) + "\n"
@@ -316,27 +317,17 @@ def markdown(command: str, bank: Bank, test: Pool, fit: Pool, price: float, budg
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bank", type=Path, default=Path(EMBEDDED_BANK), help="bank directory (default %(default)s)")
-    p.add_argument("--benchmark", default="gsm8k", help="the shelves' benchmark (default %(default)s)")
-    p.add_argument("--split", default="test", help="the reported questions' split (default %(default)s)")
+    add_mode_shelf_args(p, 8)
     p.add_argument("--fit-split", default="train", help="the fit questions' split (default %(default)s)")
-    p.add_argument("--modes", default="cot,pot", help="two reply modes, comma-separated (default %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=None, help="the shelves' token limit (default: the one found)")
-    p.add_argument("--width", type=int, default=8, help="samples per question and mode read (default %(default)s)")
     p.add_argument("--budget", type=int, default=8, help="samples a question at most, both modes (default "
                    "%(default)s, the mixed bank world's env.max_samples)")
     p.add_argument("--price", type=float, default=0.05, help="token price per 1,000 tokens (default %(default)s)")
     p.add_argument("--min-questions", type=int, default=5,
                    help="the fitted policy acts on its own only at histories this many fit questions reach; "
                         "elsewhere the best fixed rule plays on (default %(default)s)")
-    p.add_argument("--orders", type=int, default=20, help="seeded orders per question (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the orders and the bootstrap (default %(default)s)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     a = p.parse_args(argv)
-    a.modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
-    if len(a.modes) != 2 or a.modes[0] == a.modes[1]:
-        raise ValueError(f"--modes: name two different reply modes, e.g. cot,pot (got {','.join(a.modes)!r})")
+    a.modes = tuple(two_modes(a.modes))
     if a.split == a.fit_split:
         raise ValueError(f"--fit-split: fitting on the reported split {a.split!r}; fit on training questions")
     require_at_least(a, 1, "width", "budget", "orders", "n_boot", "min_questions")

@@ -341,17 +341,30 @@ def write_report(r: ModeReport, out: Path) -> None:
 
 
 # ---------------------------------------------------------------- command
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_mode_shelf_args(p: argparse.ArgumentParser, width: int) -> None:
+    """The options the two-mode replays share: the bank, the shelves, the modes, the width, orders, seed, bootstrap."""
     p.add_argument("--bank", type=Path, default=Path(EMBEDDED_BANK), help="bank directory (default %(default)s)")
     p.add_argument("--benchmark", default="gsm8k", help="the shelves' benchmark (default %(default)s)")
     p.add_argument("--split", default="test", help="the shelves' split (default %(default)s)")
     p.add_argument("--modes", default="cot,pot", help="two reply modes, comma-separated (default %(default)s)")
     p.add_argument("--max-tokens", type=int, default=None, help="the shelves' token limit (default: the one found)")
-    p.add_argument("--width", type=int, default=9, help="samples per question and mode read (default %(default)s)")
+    p.add_argument("--width", type=int, default=width, help="samples per question and mode read (default %(default)s)")
     p.add_argument("--orders", type=int, default=20, help="seeded orders per question (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the orders and the bootstrap (default %(default)s)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
+
+
+def two_modes(text: str) -> list[str]:
+    """The --modes value as two different reply modes (a clear error naming the flag otherwise)."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    if len(modes) != 2 or modes[0] == modes[1]:
+        raise ValueError(f"--modes: name two different reply modes, e.g. cot,pot (got {','.join(modes)!r})")
+    return modes
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_mode_shelf_args(p, 9)
     p.add_argument("--rule-params", type=Path, default=DEFAULT_RULE_PARAMS,
                    help="fitted rule parameters; CISC reads cisc-3's tau (default %(default)s)")
     p.add_argument("--policy", action="append", default=[],
@@ -363,9 +376,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     a = p.parse_args(argv)
     a.pool = [[m.strip() for m in pool.split(",") if m.strip()] for pool in a.pool] or [None]
-    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if len(a.modes) != 2 or a.modes[0] == a.modes[1]:
-        raise ValueError(f"--modes: name two different reply modes, e.g. cot,pot (got {','.join(a.modes)!r})")
+    a.modes = two_modes(a.modes)
     require_at_least(a, 3, "width")
     require_at_least(a, 1, "orders", "n_boot")
     require_at_least(a, 0, "seed")
