@@ -20,8 +20,16 @@ of its difference to the best fixed rule (chosen on the fit questions by objecti
 - **the history policy fitted on train** (`--fit-split`, a method): it acts on its own only at histories that at
   least `--min-questions` fit questions reach, and elsewhere the best fixed rule plays on (solved with that in
   place; the share of decisions it leaves to the rule is reported);
+- **the coarse-state policy fitted on train** (a method with far fewer states): a history seen as five numbers
+  (`coarse_state`: draws of each mode, the leading and second answer's votes, which modes voted for the leader); the
+  fit questions' histories give each coarse state its mean objective of stopping and the next state's frequencies
+  after a draw of each mode, and the best action of that model is found by backward induction (certainty
+  equivalence: exact for the model, approximate for the questions). Where fewer than `--min-questions` fit
+  questions went, the best fixed rule plays;
 - **the history policy chosen on the reported questions** (an upper bound of every policy that reads these
   histories, not a method; with thousands of histories it also learns the reported questions' noise).
+Then, on the fit questions alone, **two-fold cross-fitting** (seeded halves, each scored by what the other half
+fitted): whether either policy beats the fixed rule on questions it was not fitted on, within the fit split.
 DEAR's bank-world policy also reads confidences, so the bound covers its mode choice only as far as that choice
 reads the answers. `OUT/summary.md`; no model is called.
 """
@@ -247,6 +255,142 @@ def solve(pool: Pool, price: float, budget: int, min_questions: int = 1,
     return policy
 
 
+# ---------------------------------------------------------------- a coarse state, solved on a model of it
+CoarseState = tuple[int, int, int, int, int]
+LEADER_NONE, LEADER_FIRST, LEADER_SECOND, LEADER_BOTH = range(4)  # which modes the leading answer's draws are of
+
+
+def coarse_state(history: History) -> CoarseState:
+    """What a history says in five numbers: draws of each mode, the leading and the second answer's votes, and
+    which modes voted for the leader (ties: the answer drawn first leads)."""
+    voters: dict[int, list[int]] = {}
+    for j, (m, cls) in enumerate(history):
+        if cls != NONE:
+            voters.setdefault(j if cls == NEW else cls, []).append(m)
+    ranked = sorted(voters.values(), key=len, reverse=True)  # stable: among equal votes the first-drawn leads
+    lead = LEADER_NONE if not ranked else {frozenset({0}): LEADER_FIRST, frozenset({1}): LEADER_SECOND}.get(
+        frozenset(ranked[0]), LEADER_BOTH)
+    return (*drawn_per_mode(history), len(ranked[0]) if ranked else 0, len(ranked[1]) if len(ranked) > 1 else 0,
+            lead)
+
+
+@dataclass(frozen=True)
+class CoarseModel:
+    """The fit pool's answer histories seen through `coarse_state`: every history every mode sequence reaches,
+    counted once per (question, order) pair."""
+
+    stop: dict[CoarseState, float]  # mean objective of stopping there
+    moves: dict[tuple[CoarseState, int], dict[CoarseState, float]]  # the next state's frequencies after a draw
+    questions: dict[CoarseState, int]  # how many fit questions reach the state
+
+
+def coarse_model(pool: Pool, price: float, budget: int) -> CoarseModel:
+    stop: dict[CoarseState, list[float]] = defaultdict(list)
+    moves: dict[tuple[CoarseState, int], dict[CoarseState, int]] = defaultdict(lambda: defaultdict(int))
+    reached: dict[CoarseState, set[int]] = defaultdict(set)
+    for i, p in pool.pairs():
+        _walk(pool, i, p, price, budget, _Node((0, 0), {}, {}, 0), stop, moves, reached)
+    return CoarseModel({s: float(np.mean(v)) for s, v in stop.items()},
+                       {sa: {s: n / sum(c.values()) for s, n in c.items()} for sa, c in moves.items()},
+                       {s: len(q) for s, q in reached.items()})
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A history as `coarse_model` walks it: draws per mode, each answer's voters' modes (in first-drawn order),
+    whether each answer was graded right, the tokens drawn (what `coarse_state` and `_ended` read, kept running)."""
+
+    drawn: tuple[int, int]
+    voters: dict[str, tuple[int, ...]]
+    right: dict[str, bool]
+    tokens: int
+
+    def state(self) -> CoarseState:
+        ranked = sorted(self.voters.values(), key=len, reverse=True)  # stable: the first-drawn leads a tie
+        lead = LEADER_NONE if not ranked else {frozenset({0}): LEADER_FIRST, frozenset({1}): LEADER_SECOND}.get(
+            frozenset(ranked[0]), LEADER_BOTH)
+        return (*self.drawn, len(ranked[0]) if ranked else 0, len(ranked[1]) if len(ranked) > 1 else 0, lead)
+
+    def stop_objective(self, price: float) -> float:
+        top = max(map(len, self.voters.values()), default=0)
+        leaders = [k for k, v in self.voters.items() if len(v) == top]
+        score = sum(self.right[k] for k in leaders) / len(leaders) if leaders else 0.0
+        return objective(score, self.tokens, price)
+
+    def after(self, mode: int, samples: Samples) -> _Node:
+        k = self.drawn[mode]
+        key, tokens = samples.keys[k], self.tokens + samples.tokens[k]
+        drawn = (self.drawn[0] + (mode == 0), self.drawn[1] + (mode == 1))
+        if key is None:
+            return _Node(drawn, self.voters, self.right, tokens)
+        return _Node(drawn, {**self.voters, key: self.voters.get(key, ()) + (mode,)},
+                     {**self.right, key: self.right.get(key, False) or bool(samples.correct[k])}, tokens)
+
+
+def _walk(pool: Pool, i: int, p: int, price: float, budget: int, node: _Node, stop, moves, reached) -> None:
+    """Every mode sequence of pair (i, p) from `node`, within the width and the budget."""
+    state = node.state()
+    reached[state].add(i)
+    n = node.drawn[0] + node.drawn[1]
+    if n:
+        stop[state].append(node.stop_objective(price))
+    if n >= budget:
+        return
+    for mode in (0, 1):
+        if node.drawn[mode] < pool.width:
+            child = node.after(mode, pool.drawn[i][mode][p])
+            moves[(state, mode)][child.state()] += 1
+            _walk(pool, i, p, price, budget, child, stop, moves, reached)
+
+
+def solve_coarse(model: CoarseModel) -> dict[CoarseState, int]:
+    """The best action in every coarse state of the model, by backward induction over the draws made (a state's
+    successors have one draw more; ties: stop, then the first mode). Exact for the model, not for the pool: the
+    model merges histories that share a coarse state (certainty equivalence)."""
+    states = sorted(model.questions, key=lambda s: -(s[0] + s[1]))
+    value: dict[CoarseState, float] = {}
+    policy: dict[CoarseState, int] = {}
+    for state in states:
+        options = {STOP: model.stop[state]} if state[0] + state[1] else {}
+        for action in (0, 1):
+            if (state, action) in model.moves:
+                options[action] = sum(f * value[s] for s, f in model.moves[(state, action)].items())
+        policy[state] = max(options, key=lambda a: (options[a] + 1e-12 * (a == STOP), -a))
+        value[state] = options[policy[state]]
+    return policy
+
+
+def cross_fitted(pool: Pool, price: float, budget: int, min_questions: int, seed: int) -> dict[str, np.ndarray]:
+    """Two-fold cross-fitting within one pool (seeded halves of its questions): on each half, the history policy,
+    the coarse policy and the best fixed rule all fitted on the other half; per question objectives, every question
+    scored once, out of fold."""
+    order = np.random.default_rng(seed).permutation(len(pool.question_ids))
+    halves = (sorted(order[: len(order) // 2]), sorted(order[len(order) // 2:]))
+    out = {name: np.zeros(len(pool.question_ids)) for name in ("best fixed rule", "history policy", "coarse policy")}
+    for held, fit_idx in (halves, halves[::-1]):
+        fit, held_pool = subpool(pool, fit_idx), subpool(pool, held)
+        for name, played in fitted_policies(fit, held_pool, price, budget, min_questions).items():
+            out[name][held] = played.objectives
+    return out
+
+
+def subpool(pool: Pool, idx: Sequence[int]) -> Pool:
+    return Pool(pool.modes, tuple(pool.question_ids[i] for i in idx), tuple(pool.drawn[i] for i in idx), pool.width)
+
+
+def fitted_policies(fit: Pool, test: Pool, price: float, budget: int, min_questions: int) -> dict[str, Played]:
+    """The best fixed rule, the history policy and the coarse policy, each fitted on `fit`, played on `test`."""
+    base = fixed_rule(*FIXED_RULES[best_fixed(fit, price, budget)])
+    history = solve(fit, price, budget, min_questions, base)
+    model = coarse_model(fit, price, budget)
+    coarse = solve_coarse(model)
+    return {"best fixed rule": play(test, base, price, budget),
+            "history policy": play(test, lambda h: history[h], price, budget, fallback=base,
+                                   known=lambda h: h in history),
+            "coarse policy": play(test, lambda h: coarse[coarse_state(h)], price, budget, fallback=base,
+                                  known=lambda h: model.questions.get(coarse_state(h), 0) >= min_questions)}
+
+
 # ---------------------------------------------------------------- the report
 @dataclass(frozen=True)
 class ChoiceRow:
@@ -270,13 +414,14 @@ def rule_label(name: str, modes: tuple[str, str]) -> str:
 
 def rows_for(test: Pool, fit: Pool, price: float, budget: int, min_questions: int) -> tuple[list[ChoiceRow], str]:
     base_name = best_fixed(fit, price, budget)
-    base = fixed_rule(*FIXED_RULES[base_name])
     rows = [ChoiceRow(rule_label(name, test.modes), play(test, fixed_rule(*spec), price, budget),
                 "best on the fit questions" if name == base_name else "") for name, spec in FIXED_RULES.items()]
-    fitted = solve(fit, price, budget, min_questions, base)
-    rows.append(ChoiceRow("history policy fitted on the fit questions (a method)",
-                    play(test, lambda h: fitted[h], price, budget, fallback=base, known=lambda h: h in fitted),
-                    f"{len(fitted)} histories solved, each reached by ≥ {min_questions} fit questions"))
+    fitted = fitted_policies(fit, test, price, budget, min_questions)
+    rows.append(ChoiceRow("history policy fitted on the fit questions (a method)", fitted["history policy"],
+                          f"acts at histories reached by ≥ {min_questions} fit questions"))
+    rows.append(ChoiceRow("coarse-state policy fitted on the fit questions (a method)", fitted["coarse policy"],
+                          f"solved on a model of the fit questions' coarse states; acts where ≥ {min_questions} "
+                          "fit questions went"))
     in_sample = solve(test, price, budget)
     rows.append(ChoiceRow("history policy chosen on the reported questions (upper bound)",
                     play(test, lambda h: in_sample[h], price, budget), f"{len(in_sample)} histories solved"))
@@ -288,7 +433,7 @@ def _pct(x: float, signed: bool = False) -> str:
 
 
 def markdown(command: str, bank: Bank, test: Pool, fit: Pool, price: float, budget: int, rows: Sequence[ChoiceRow],
-             base_label: str, n_boot: int, seed: int) -> str:
+             base_label: str, cross: dict[str, np.ndarray], n_boot: int, seed: int) -> str:
     base = next(r for r in rows if r.note == "best on the fit questions")
     lines = [f"# Which mode samples next, chosen by the answer history: {', '.join(test.modes)}", "",
              f"Command: `{command}`", "",
@@ -312,7 +457,22 @@ def markdown(command: str, bank: Bank, test: Pool, fit: Pool, price: float, budg
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "The upper bound is chosen on the questions it is scored on: what a policy reading the answer "
               "history could do at best there, never a result a method gets."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + cross_fit_lines(fit, cross, n_boot, seed)) + "\n"
+
+
+def cross_fit_lines(fit: Pool, cross: dict[str, np.ndarray], n_boot: int, seed: int) -> list[str]:
+    """Whether a state-dependent choice carries over between questions of the fit split itself."""
+    base = cross["best fixed rule"]
+    lines = ["", "## Within the fit questions, out of fold", "",
+             f"Two-fold cross-fitting on the {len(fit.question_ids)} fit questions (seeded halves, seed {seed}): each "
+             "half is played by the policies and the best fixed rule fitted on the other half, so every fit question "
+             "is scored once, out of fold. Reported questions are not read. This separates a policy that does not "
+             "carry over to other questions at all from one that does not carry over to the reported split.", "",
+             "| policy | objective, out of fold | − best fixed rule (out of fold) [95 % CI] |", "|---|---:|---|"]
+    for name in ("best fixed rule", "history policy", "coarse policy"):
+        d = metrics.paired_bootstrap_diff(cross[name], base, n_boot=n_boot, seed=seed)
+        lines.append(f"| {name} | {cross[name].mean():.3f} | {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] |")
+    return lines
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -341,7 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     test, fit = (load_pool(bank, a.benchmark, split, a.modes, a.max_tokens, a.width, a.orders, a.seed)
                  for split in (a.split, a.fit_split))
     rows, base_label = rows_for(test, fit, a.price, a.budget, a.min_questions)
-    text = markdown(command_line(PROG, argv), bank, test, fit, a.price, a.budget, rows, base_label, a.n_boot, a.seed)
+    cross = cross_fitted(fit, a.price, a.budget, a.min_questions, a.seed)
+    text = markdown(command_line(PROG, argv), bank, test, fit, a.price, a.budget, rows, base_label, cross, a.n_boot,
+                    a.seed)
     a.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.out / "summary.md", text)
     print(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import random
 
+import numpy as np
 import pytest
 
 from dear.debate.mode_mixing import drawn
@@ -113,3 +114,63 @@ def test_the_command_refuses_to_fit_on_the_reported_split(tmp_path):
         M.parse_args(["--split", "train", "--fit-split", "train", "--out", str(tmp_path)])
     with pytest.raises(ValueError, match="--modes"):
         M.parse_args(["--modes", "cot", "--out", str(tmp_path)])
+
+
+def test_the_coarse_state_by_hand():
+    # cot "4", pot "4", pot no answer, cot "5", pot "5", cot "5": leader 5 (3 votes, both modes), second 4 (2 votes)
+    history = ((0, M.NEW), (1, 0), (1, M.NONE), (0, M.NEW), (1, 3), (0, 3))
+    assert M.coarse_state(history) == (3, 3, 3, 2, M.LEADER_BOTH)
+    assert M.coarse_state(((1, M.NEW), (0, M.NEW))) == (1, 1, 1, 1, M.LEADER_SECOND)  # a tie: the first draw leads
+    assert M.coarse_state(((0, M.NONE),)) == (1, 0, 0, 0, M.LEADER_NONE) and M.coarse_state(()) == (0, 0, 0, 0, 0)
+
+
+def test_the_coarse_policy_draws_the_mode_that_is_right_at_once():
+    """As in the hand-solved history case: mode 1 is right at once, mode 0 wrong until its third sample, so at a
+    price of 0.1 the coarse model's best first draw is mode 1 and its best next action is to stop."""
+    pool = _pool([(["2", "3", "1"], ["1", "1", "1"]), (["5", "6", "1"], ["1", "1", "1"])])
+    model = M.coarse_model(pool, price=0.1, budget=6)
+    policy = M.solve_coarse(model)
+    assert policy[(0, 0, 0, 0, 0)] == 1 and policy[(0, 1, 1, 0, M.LEADER_SECOND)] == M.STOP
+    assert model.questions[(0, 0, 0, 0, 0)] == 2
+    assert model.stop[(1, 0, 1, 0, M.LEADER_FIRST)] == pytest.approx(-0.01)  # one wrong cot sample: 0 - 0.1 * 0.1
+    assert model.moves[((0, 0, 0, 0, 0), 0)] == {(1, 0, 1, 0, M.LEADER_FIRST): 1.0}
+    played = M.play(pool, lambda h: policy[M.coarse_state(h)], price=0.1, budget=6)
+    assert played.accuracy == 1.0 and played.mean_tokens == 100
+
+
+def test_cross_fitting_scores_every_fit_question_once_out_of_fold():
+    rng = random.Random(5)
+    questions = [tuple([rng.choice(["1", "2", None]) for _ in range(3)] for _ in range(2)) for _ in range(9)]
+    pool = _pool(questions, n_orders=2, width=3)
+    cross = M.cross_fitted(pool, price=0.05, budget=4, min_questions=1, seed=0)
+    assert set(cross) == {"best fixed rule", "history policy", "coarse policy"}
+    assert all(len(v) == 9 for v in cross.values())
+    order = np.random.default_rng(0).permutation(9)
+    held, fit = sorted(order[:4]), sorted(order[4:])
+    fitted = M.fitted_policies(M.subpool(pool, fit), M.subpool(pool, held), 0.05, 4, 1)
+    assert list(cross["coarse policy"][held]) == pytest.approx(list(fitted["coarse policy"].objectives))
+
+
+def test_the_coarse_walk_keeps_the_states_and_stop_values_of_the_histories():
+    """The running walk of coarse_model gives every history the state `coarse_state` gives it and the objective
+    `_ended` gives its stop, on random samples with missing answers."""
+    rng = random.Random(11)
+    questions = [tuple([rng.choice(["1", "2", "3", None]) for _ in range(3)] for _ in range(2)) for _ in range(6)]
+    pool = _pool(questions, width=3)
+    model = M.coarse_model(pool, price=0.05, budget=5)
+    stop, reached = {}, {}
+    for i, p in pool.pairs():
+        def walk(history, picks):
+            state = M.coarse_state(history)
+            reached.setdefault(state, set()).add(i)
+            if history:
+                stop.setdefault(state, []).append(M._ended(pool, i, p, picks, 0.05)[2])
+            for action in M.allowed(history, pool.width, 5):
+                if action != M.STOP:
+                    k = sum(m == action for m, _ in picks)
+                    keys = [pool.drawn[i][m][p].keys[j] for m, j in picks]
+                    walk(history + ((action, M.answer_class(keys, pool.drawn[i][action][p].keys[k])),),
+                         picks + ((action, k),))
+        walk((), ())
+    assert model.questions == {s: len(q) for s, q in reached.items()}
+    assert model.stop == pytest.approx({s: float(np.mean(v)) for s, v in stop.items()})
