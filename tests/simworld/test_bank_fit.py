@@ -86,3 +86,24 @@ def test_the_command_fits_train_questions_of_the_bank_and_validates_on_held_out_
     assert params.switch_agree == SimParams.from_json(base).switch_agree  # the exchange rounds stay the base's
     text = (tmp_path / "README.md").read_text()
     assert "train/holdout" in text and "synthetic" in text.lower()
+
+
+def test_the_joint_fit_recovers_the_effect_of_temperature_from_a_grid():
+    """The same questions (one δ each) sampled at T 0.3, 0.7 and 1.0 with a known τ: with two or more temperatures
+    the fit frees τ and finds it; the difficulty comes back as well."""
+    from dear.sim.model import difficulty_logit, excess, sigmoid
+
+    truth = replace(TRUE, temp_penalty=1.5, trap_share=0.0)
+    rng = np.random.default_rng(4)
+    draws = []
+    for i in range(120):
+        d = float(difficulty_logit(truth, rng.uniform()))
+        for t in (0.3, 0.7, 1.0):
+            right = rng.uniform(size=8) < sigmoid(-d - truth.temp_penalty * float(excess(truth, t, 0.9)))
+            wrong = tuple(str(rng.integers(100, 200)) for _ in range(int((~right).sum())))
+            draws.append(bank_fit.QuestionDraws(f"q{i}", t, 0.9, tuple(bool(r) for r in right), wrong,
+                                                (200,) * 8, (False,) * 8))
+    fitted, fit = bank_fit.fit_round0(draws, SimParams())
+    assert fit.temp_penalty_fitted and fit.questions == 120
+    assert fitted.temp_penalty == pytest.approx(1.5, abs=0.35)
+    assert fitted.difficulty_center == pytest.approx(truth.difficulty_center, abs=0.35)
