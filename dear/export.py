@@ -87,6 +87,12 @@ class ExportedPolicy:
         return bool(self.manifest.get("training", {}).get("synthetic", False))
 
     @property
+    def fixed_temperature(self) -> float | None:
+        """The one temperature the policy samples at when its behavior is fixed; None when it learned one."""
+        c = self.policy.config
+        return c.fixed_temperature if c.behavior_mode == "fixed" else None
+
+    @property
     def n_rounds(self) -> int | None:
         """Exchange rounds the policy was trained for (None = unknown)."""
         value = self.manifest.get("training", {}).get("n_rounds")

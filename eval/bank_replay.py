@@ -199,7 +199,7 @@ def control_spec(path: str) -> RowSpec:
 def bank_world(bank: Bank, test: Loaded, width: int) -> tuple[BankBackend, list[Question]]:
     """The reported shelf as a bank world reading each question's first `width` samples, and its questions."""
     backend = BankBackend(bank, test.key.benchmark, test.key.split, profile=test.key.profile,
-                          max_tokens=test.key.max_tokens, width=width)
+                          max_tokens=test.key.max_tokens, width=width, temperature=test.key.temperature)
     by_id = {q.id: q for q in tasks.load(test.key.benchmark, test.key.split)}
     return backend, [by_id[q.question_id] for q in test.questions]
 

@@ -220,7 +220,7 @@ def evaluate_policy(path: str, bank: Bank, shelves: Sequence[ModeShelf], pool: S
         raise ValueError(f"--policy: the modes' shelves have different token limits ({sorted(limits)})")
     key = shelves[0].key
     backend = BankBackend(bank, key.benchmark, key.split, profile=",".join(modes), max_tokens=key.max_tokens,
-                          width=width)
+                          width=width, temperature=key.temperature)
     by_id = {q.id: q for q in tasks.load(key.benchmark, key.split)}
     questions = [by_id[q] for q in shelves[0].samples]
     run = debate_bank_orders(exported, backend, questions, orders=n_orders, max_tokens=key.max_tokens, seed=seed,

@@ -38,6 +38,7 @@ from dear.cli import run as run_cli
 from dear.debate.engine import Debate, confidence_weights
 from dear.debate.profiles import as_profiles
 from dear.debate.trace import voting_turns
+from dear.export import load_exported
 from dear.infer import BankDebates, debate_bank_orders
 from dear.llm.base import serves
 from dear.regulator import RegulatorRecord
@@ -200,11 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     pool = as_profiles(a.pool.split(","), "--pool") if a.pool else None
     modes = ",".join(dict.fromkeys(p.style for p in pool)) if pool else "cot"
-    backend = BankBackend(a.bank, a.benchmark, a.split, profile=modes, max_tokens=a.max_tokens)
+    # a fixed behavior samples at one temperature: the bank's other temperatures neither serve nor bound its questions
+    exported = load_exported(a.policy)
+    backend = BankBackend(a.bank, a.benchmark, a.split, profile=modes, max_tokens=a.max_tokens,
+                          temperature=exported.fixed_temperature)
     questions = [q for q in tasks.load(a.benchmark, a.split) if serves(backend, q.task, q.id)]
     if not questions:
         raise ValueError(f"{a.bank}: no {a.benchmark} {a.split} question is banked")
-    run = debate_bank_orders(a.policy, backend, questions, orders=a.orders, max_tokens=a.max_tokens, seed=a.seed,
+    run = debate_bank_orders(exported, backend, questions, orders=a.orders, max_tokens=a.max_tokens, seed=a.seed,
                              agent_profiles=pool)
     debates = run.debates
     rows = rows_of(collect(debates, run.records), pool=pool is not None)

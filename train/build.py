@@ -74,7 +74,7 @@ def make_local_backend(cfg: TrainConfig) -> Backend:
     """The backend `llm` names, in this process (wrapped in the response cache when `llm.cache` is set); a llama.cpp
     backend decodes with `llm.threads` threads when the config fixed them (`settle_threads`), and one request at a
     time with `llm.repeatable`; a bank world serves the env's task and split, from each agent profile's style's
-    shelves."""
+    shelves, and with a fixed behavior (`policy.behavior_mode: fixed`) only those at its temperature."""
     from dear.llm.registry import make_backend
 
     options = backend_kwargs(cfg)
@@ -88,6 +88,8 @@ def make_local_backend(cfg: TrainConfig) -> Backend:
         profiles = cfg.env.profiles(cfg.llm.backend_spec())
         if profiles is not None:  # a pool that mixes modes replays each agent's style from its own shelves
             options.setdefault("profile", tuple(dict.fromkeys(p.style for p in profiles)))
+        if cfg.policy.behavior_mode == "fixed":  # one sampling temperature: the other temperatures' shelves unread
+            options.setdefault("temperature", cfg.policy.fixed_temperature)
     backend = make_backend(cfg.llm.backend_spec(), **options)
     if cfg.llm.cache:
         from dear.llm.cache import CachedBackend

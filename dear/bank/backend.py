@@ -68,6 +68,14 @@ def snap(keys: Sequence[ShelfKey], temperature: float, top_p: float) -> ShelfKey
                key=lambda k: abs(k.top_p - top_p))
 
 
+def at_temperature(keys: Sequence[ShelfKey], temperature: float | None) -> list[ShelfKey]:
+    """The shelves at the banked temperature nearest to `temperature` (every shelf when None)."""
+    if temperature is None or not keys:
+        return list(keys)
+    t = snap(keys, temperature, 0.0).temperature
+    return [k for k in keys if k.temperature == t]
+
+
 class BankBackend(Backend):
     """Replays a bank's samples for independent-sample requests (module docstring).
 
@@ -83,17 +91,22 @@ class BankBackend(Backend):
         seed: mixes into every debate's permutation.
         width: read only each question's first `width` stored samples (index order), as `eval.bank_replay`'s rules
             read them; a debate that needs more is served as beyond the stored ones (None: all stored samples).
+        temperature: the one temperature a world with a fixed behavior samples at: only each profile's shelves at
+            the banked temperature nearest to it are served, so a question needs samples there alone. None: every
+            banked temperature (a learned behavior's requests snap among them, so a question the world asks needs
+            samples at each, and the temperature grid's questions bound the world's).
     """
 
     def __init__(self, bank: str | Bank, benchmark: str = "gsm8k", split: str = "train",
                  profile: str | Sequence[str] = "cot", max_tokens: int | None = None, live: Backend | None = None,
                  grow: Callable[[ShelfKey, str, int, ChatRequest, Completion], None] | None = None,
-                 seed: int = 0, width: int | None = None):
+                 seed: int = 0, width: int | None = None, temperature: float | None = None):
         if width is not None and width < 1:
             raise BackendError(f"bank option width: read at least one stored sample a question, got {width}")
         self.bank = bank if isinstance(bank, Bank) else Bank.open(bank)
         self.profiles = profile_names(profile)
-        self.keys_by_profile = {p: self._keys_of(benchmark, split, p, max_tokens) for p in self.profiles}
+        self.keys_by_profile = {p: at_temperature(self._keys_of(benchmark, split, p, max_tokens), temperature)
+                                for p in self.profiles}
         self.keys = [k for keys in self.keys_by_profile.values() for k in keys]
         self.live, self.grow, self.seed, self.width = live, grow, seed, width
         self.model_id = f"bank:{self.bank.manifest['model_file']}"

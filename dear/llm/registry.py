@@ -98,7 +98,7 @@ OPENAI_OPTIONS = frozenset({"model", "api_key", "max_concurrency", "connect_time
 # vLLM takes any engine argument through make_backend; these are the ones configs set (llm.options.vllm)
 VLLM_OPTIONS = frozenset({"enable_prefix_caching", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len"})
 SIM_OPTIONS = frozenset({"params", "seed", "fail_rate", "params_file", "text_bank"})
-BANK_OPTIONS = frozenset({"benchmark", "split", "profile", "max_tokens", "live", "grow", "seed"})
+BANK_OPTIONS = frozenset({"benchmark", "split", "profile", "max_tokens", "live", "grow", "seed", "temperature"})
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("local", {"local": "the embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M through llama.cpp (CPU)",

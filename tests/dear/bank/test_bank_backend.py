@@ -114,6 +114,30 @@ def test_a_hot_request_is_served_from_the_nearest_shelf(tmp_path):
     assert bank.shelf(KEY).n_samples(Q.id) == 5
 
 
+def test_a_fixed_temperature_reads_only_its_shelves_and_their_questions(tmp_path):
+    """A world told its one temperature serves every question its nearest shelf holds, though the hot shelf holds
+    none of them; a world of every temperature asks only the questions every shelf holds; the main job's config
+    (a fixed behavior) builds the first."""
+    from dear.llm.base import serves
+    from train.build import make_local_backend
+    from train.config import load_config
+
+    _bank(tmp_path)
+    other = tasks.load("gsm8k", "test", n=2)[1]
+    bank = Bank.open(tmp_path)
+    bank.shelf(HOT).append([BankSample(other.id, 0, 1, "Final answer: \\boxed{3}", "3", "3", False, "exact", 50, 20,
+                                       "stop")])
+    bank.record(bank.shelf(HOT), {})
+    every = BankBackend(Bank.open(tmp_path), "gsm8k", "test")
+    fixed = BankBackend(Bank.open(tmp_path), "gsm8k", "test", temperature=0.8)
+    assert not serves(every, "gsm8k", Q.id) and serves(fixed, "gsm8k", Q.id)
+    assert fixed.keys == [KEY]
+    (d,) = DebateEngine(fixed, DebateConfig(n_agents=2, n_rounds=0, temperature0=1.2)).run([Q], MajorityProtocol())
+    assert all(t.source.startswith(f"bank:{KEY.name}#") for t in d.trace.rounds[0])
+    cfg = load_config("gsm8k", [f"llm.spec=bank:{tmp_path}", "env.split=test"])
+    assert cfg.policy.behavior_mode == "fixed" and make_local_backend(cfg).keys == [KEY]
+
+
 class Live(Backend):
     model_id = "live:test"
 
