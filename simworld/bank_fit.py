@@ -370,7 +370,8 @@ def readme(doc: dict[str, Any]) -> str:
         f"{old['difficulty_center']:.3f} | joint ML |",
         f"| difficulty scale k | {new['difficulty_scale']:.3f} (log ± {se['log_difficulty_scale']}) | "
         f"{old['difficulty_scale']:.3f} | joint ML |",
-        f"| temperature penalty τ | {new['temp_penalty']:.3f} | {old['temp_penalty']:.3f} | {tau_how} |",
+        f"| temperature penalty τ | {new['temp_penalty']:.3f}"
+        f"{f' (± {se[_TAU[0]]})' if r0['temp_penalty_fitted'] else ''} | {old['temp_penalty']:.3f} | {tau_how} |",
         f"| idiosyncratic wrong u | {new['p_unique_wrong']:.3f} (logit ± {se['logit_u']}) | "
         f"{old['p_unique_wrong']:.3f} | joint ML |",
         f"| distractor decay λ | {new['distractor_decay']:.3f} (log ± {se['log_lambda']}) | "
