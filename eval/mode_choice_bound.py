@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,11 +267,15 @@ def coarse_state(history: History) -> CoarseState:
     for j, (m, cls) in enumerate(history):
         if cls != NONE:
             voters.setdefault(j if cls == NEW else cls, []).append(m)
-    ranked = sorted(voters.values(), key=len, reverse=True)  # stable: among equal votes the first-drawn leads
+    return _coarse(drawn_per_mode(history), voters.values())
+
+
+def _coarse(drawn: tuple[int, int], voters: Iterable[Sequence[int]]) -> CoarseState:
+    """The coarse state from the draws per mode and each answer's voters' modes, in first-drawn order."""
+    ranked = sorted(voters, key=len, reverse=True)  # stable: among equal votes the first-drawn leads
     lead = LEADER_NONE if not ranked else {frozenset({0}): LEADER_FIRST, frozenset({1}): LEADER_SECOND}.get(
         frozenset(ranked[0]), LEADER_BOTH)
-    return (*drawn_per_mode(history), len(ranked[0]) if ranked else 0, len(ranked[1]) if len(ranked) > 1 else 0,
-            lead)
+    return (*drawn, len(ranked[0]) if ranked else 0, len(ranked[1]) if len(ranked) > 1 else 0, lead)
 
 
 @dataclass(frozen=True)
@@ -306,10 +310,7 @@ class _Node:
     tokens: int
 
     def state(self) -> CoarseState:
-        ranked = sorted(self.voters.values(), key=len, reverse=True)  # stable: the first-drawn leads a tie
-        lead = LEADER_NONE if not ranked else {frozenset({0}): LEADER_FIRST, frozenset({1}): LEADER_SECOND}.get(
-            frozenset(ranked[0]), LEADER_BOTH)
-        return (*self.drawn, len(ranked[0]) if ranked else 0, len(ranked[1]) if len(ranked) > 1 else 0, lead)
+        return _coarse(self.drawn, self.voters.values())
 
     def stop_objective(self, price: float) -> float:
         top = max(map(len, self.voters.values()), default=0)

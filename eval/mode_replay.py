@@ -145,9 +145,14 @@ def differences(a: ModeShelf, b: ModeShelf) -> dict:
 
 def same_wrong_within(shelf: ModeShelf) -> float:
     """How often two wrong answers of one mode to the same question are equal (pairs of distinct samples)."""
-    equal = [x.answer_key == y.answer_key for v in shelf.samples.values() for i, x in enumerate(v) for y in v[i + 1:]
-             if not x.correct and not y.correct and x.answer_key is not None and y.answer_key is not None]
+    equal = equal_wrong_pairs(list(shelf.samples.values()))
     return float(np.mean(equal)) if equal else float("nan")
+
+
+def equal_wrong_pairs(per_question: Sequence[Sequence[BankSample]]) -> list[bool]:
+    """For every pair of answered wrong samples of one question: whether their answers are equal."""
+    return [x.answer_key == y.answer_key for v in per_question for i, x in enumerate(v) for y in v[i + 1:]
+            if not x.correct and not y.correct and x.answer_key is not None and y.answer_key is not None]
 
 
 # ---------------------------------------------------------------- rules

@@ -42,6 +42,7 @@ from dear.confidence import record_of
 from dear.debate.replay_orders import orders, replayed
 from dear.debate.sampling_rules import DEFAULT_PARAMS, RULE_SUMMARY, rule_outcome
 from eval.confidence_auroc import auroc
+from eval.mode_replay import equal_wrong_pairs
 
 PROG = "python -m eval.temperature_effect"
 ADAPTIVE = "adaptive-sc-2-from-2"
@@ -94,12 +95,6 @@ def shared_questions(bank: Bank, keys: Sequence[ShelfKey], width: int) -> list[s
 
 def distinct(samples: Sequence[BankSample]) -> int:
     return len({s.answer_key for s in samples if s.answer_key is not None})
-
-
-def equal_wrong_pairs(per_question: Sequence[Sequence[BankSample]]) -> list[bool]:
-    """For every pair of answered wrong samples of one question: whether their answers are equal."""
-    return [x.answer_key == y.answer_key for v in per_question for i, x in enumerate(v) for y in v[i + 1:]
-            if not x.correct and not y.correct and x.answer_key is not None and y.answer_key is not None]
 
 
 def confidence_numbers(every: Sequence[BankSample]) -> tuple[float, float]:
